@@ -1,0 +1,56 @@
+"""Seed derivation: one run seed drives every random stream.
+
+A request's sampling seed is a hash of (run seed, stream, step, item, agent, candidate), so the same
+request gets the same seed whatever batch it lands in and however the batches are cut.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+import numpy as np
+import torch
+
+_SEED_BITS = 63
+
+
+def derive_seed(*parts: int | str) -> int:
+    """Deterministic non-negative 63-bit seed from any mix of ints and strings.
+
+    ``derive_seed(run_seed, "candidates", step, item, agent)`` names a request; candidate ``j`` of that
+    request samples with ``derive_seed(request_seed, j)``.
+    """
+    if not parts:
+        raise ValueError("derive_seed needs at least one part")
+    text = "\x1f".join(f"{type(p).__name__}:{p}" for p in parts)
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> (64 - _SEED_BITS)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, numpy and torch global generators (for code we do not control, e.g. model init)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict:
+    """Every global random stream, for checkpoints."""
+    state = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["torch_cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore what :func:`rng_state` returned."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "torch_cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["torch_cuda"])

@@ -1,0 +1,44 @@
+"""Shared test setup: deterministic threads, hypothesis profiles, offline hub, temporary model cache."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+# The shell and every helper share 2 cores: one torch thread per test process keeps timings stable.
+torch.set_num_threads(1)
+
+# "dev" for quick local runs, "ci" sized to CI's budget; tests that need a larger count for their own
+# reason (e.g. 10,000 parser cases) scale it by ``PROFILE_SCALE`` via ``settings(max_examples=...)``.
+settings.register_profile(
+    "dev", max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "ci", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+    derandomize=True,
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+
+@pytest.fixture(scope="session")
+def model_cache(tmp_path_factory) -> str:
+    """A temporary model cache shared by the whole test session (tests never touch the user cache)."""
+    path = tmp_path_factory.mktemp("model-cache")
+    os.environ["COMLRL_MODEL_CACHE"] = str(path)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(model_cache) -> str:
+    """The test-tiny preset, built once per session into the temporary cache."""
+    from comlrl.models import build_preset
+
+    return str(build_preset("test-tiny", seed=0, cache_dir=model_cache))
