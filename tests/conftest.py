@@ -13,6 +13,10 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
+import transformers  # noqa: E402
+
+transformers.utils.logging.disable_progress_bar()
+
 # The shell and every helper share 2 cores: one torch thread per test process keeps timings stable.
 torch.set_num_threads(1)
 

@@ -1,0 +1,304 @@
+"""Training checkpoints under a run's ``output_dir``, shared by comlrl's and pettingllms' trainers.
+
+Layout of ``output_dir/checkpoint-{step}/``::
+
+    policy_layout.json, <policy>/ ...   the weights (MultiAgentPolicy.save: one folder per policy)
+    optimizer-<name>.pt                 optimizer state dicts, one per named optimizer
+    scheduler-<name>.pt                 LR scheduler state dicts
+    rng_state.json                      every random stream: the global ones and the trainer's generators
+    extra/<name>/                       trainer payloads (replay index, comparator snapshots, ...)
+    trainer_state.json                  step, data cursor, metrics so far (written last)
+
+A checkpoint is built in a hidden temporary folder inside ``output_dir`` and renamed into place, so a
+``checkpoint-{step}`` folder is always complete; a crash leaves at most a hidden ``.tmp-*`` folder, which
+:func:`latest_checkpoint` ignores.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import random
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from comlrl.atomic_io import atomic_replace_dir, atomic_write_json
+from comlrl.seeding import rng_state, set_rng_state
+
+CHECKPOINT_PREFIX = "checkpoint-"
+TRAINER_STATE_FILE = "trainer_state.json"
+RNG_STATE_FILE = "rng_state.json"
+EXTRA_DIR = "extra"
+_CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
+_FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+Generator = torch.Generator | np.random.Generator | random.Random
+
+
+@dataclass
+class TrainerState:
+    """What a trainer needs besides weights, optimizers and random streams to continue exactly.
+
+    ``data_cursor`` is any JSON value locating the next batch (e.g. ``{"epoch": 1, "index": 40}``);
+    ``log_history`` holds the metrics logged so far; ``extra`` is free JSON for the trainer.
+    """
+
+    step: int
+    data_cursor: Any = None
+    log_history: list[dict] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.step, bool) or not isinstance(self.step, int) or self.step < 0:
+            raise ValueError(f"`step` must be an int >= 0, got {self.step!r}")
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> TrainerState:
+        unknown = set(data) - {"step", "data_cursor", "log_history", "extra"}
+        if unknown:
+            raise ValueError(f"{TRAINER_STATE_FILE} has unknown fields {sorted(unknown)}")
+        return cls(**data)
+
+
+# ---------------------------------------------------------------------------------------- random streams
+def _encode(value: Any) -> Any:
+    """JSON form of random-stream states (tuples, numpy arrays, byte tensors, big ints) without pickle."""
+    if isinstance(value, torch.Tensor):
+        return {"__torch_bytes__": base64.b64encode(value.cpu().numpy().tobytes()).decode(), "dtype": "uint8"}
+    if isinstance(value, np.ndarray):
+        return {"__ndarray__": value.tolist(), "dtype": str(value.dtype)}
+    if isinstance(value, tuple):
+        return {"__tuple__": [_encode(v) for v in value]}
+    if isinstance(value, list):
+        return [_encode(v) for v in value]
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise TypeError(f"random state dict keys must be strings, got {list(value)}")
+        return {k: _encode(v) for k, v in value.items()}
+    if isinstance(value, np.integer):
+        return int(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"cannot store a {type(value).__name__} in {RNG_STATE_FILE}")
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    if isinstance(value, dict):
+        if "__torch_bytes__" in value:
+            raw = bytearray(base64.b64decode(value["__torch_bytes__"]))
+            return torch.frombuffer(raw, dtype=torch.uint8).clone()
+        if "__ndarray__" in value:
+            return np.asarray(value["__ndarray__"], dtype=value["dtype"])
+        if "__tuple__" in value:
+            return tuple(_decode(v) for v in value["__tuple__"])
+        return {k: _decode(v) for k, v in value.items()}
+    return value
+
+
+def generator_state(generator: Generator) -> dict:
+    """``{"kind", "state"}`` of a torch, numpy or Python random generator."""
+    if isinstance(generator, torch.Generator):
+        return {"kind": "torch", "device": str(generator.device), "state": generator.get_state()}
+    if isinstance(generator, np.random.Generator):
+        return {"kind": "numpy", "state": generator.bit_generator.state}
+    if isinstance(generator, random.Random):
+        return {"kind": "python", "state": generator.getstate()}
+    raise TypeError(f"unsupported generator type {type(generator).__name__} (torch, numpy or random.Random)")
+
+
+def set_generator_state(generator: Generator, saved: Mapping, name: str) -> None:
+    """Restore :func:`generator_state` output into a generator of the same kind."""
+    kind = generator_state(generator)["kind"]
+    if saved["kind"] != kind:
+        raise TypeError(f"generator {name!r} was saved as {saved['kind']} but the live one is {kind}")
+    if kind == "torch":
+        generator.set_state(saved["state"])
+    elif kind == "numpy":
+        generator.bit_generator.state = saved["state"]
+    else:
+        generator.setstate(saved["state"])
+
+
+def capture_rng(generators: Mapping[str, Generator] | None = None) -> dict:
+    """JSON-ready snapshot of the global streams (Python, numpy, torch, CUDA) and named generators."""
+    named = {name: generator_state(g) for name, g in (generators or {}).items()}
+    return _encode({"global": rng_state(), "generators": named})
+
+
+def restore_rng(
+    snapshot: Mapping, generators: Mapping[str, Generator] | None = None, restore_global: bool = True
+) -> None:
+    """Restore :func:`capture_rng` output. Every named generator passed must be in the snapshot."""
+    state = _decode(dict(snapshot))
+    saved = state["generators"]
+    for name, generator in (generators or {}).items():
+        if name not in saved:
+            raise KeyError(f"generator {name!r} is not in the checkpoint; saved: {sorted(saved)}")
+        set_generator_state(generator, saved[name], name)
+    if restore_global:
+        set_rng_state(state["global"])
+
+
+# ---------------------------------------------------------------------------------------- finding checkpoints
+def checkpoint_path(output_dir: str | os.PathLike, step: int) -> Path:
+    return Path(output_dir) / f"{CHECKPOINT_PREFIX}{step}"
+
+
+def list_checkpoints(output_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """Complete checkpoints as (step, path), oldest step first. Temporary and half-deleted folders are
+    hidden names and never match; a ``checkpoint-N`` without its trainer state is not complete."""
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        return []
+    found = []
+    for entry in output_dir.iterdir():
+        match = _CHECKPOINT_NAME.match(entry.name)
+        if match and entry.is_dir() and (entry / TRAINER_STATE_FILE).is_file():
+            found.append((int(match.group(1)), entry))
+    return sorted(found)
+
+
+def latest_checkpoint(output_dir: str | os.PathLike) -> Path | None:
+    """The complete checkpoint with the highest step, or None."""
+    found = list_checkpoints(output_dir)
+    return found[-1][1] if found else None
+
+
+def rotate_checkpoints(
+    output_dir: str | os.PathLike, save_total_limit: int, keep: str | os.PathLike
+) -> list[Path]:
+    """Delete the oldest complete checkpoints so at most ``save_total_limit`` remain, never ``keep``
+    (the one just written). Each is renamed to a hidden name before removal, so a crash mid-delete never
+    leaves a partial ``checkpoint-N``. Returns the deleted paths."""
+    if isinstance(save_total_limit, bool) or not isinstance(save_total_limit, int) or save_total_limit < 1:
+        raise ValueError(f"`save_total_limit` must be an int >= 1, got {save_total_limit!r}")
+    keep = Path(keep).resolve()
+    others = [path for _, path in list_checkpoints(output_dir) if path.resolve() != keep]
+    doomed = others[: max(0, len(others) - (save_total_limit - 1))]
+    for path in doomed:
+        trash = path.with_name(f".deleting-{path.name}-{os.getpid()}")
+        os.replace(path, trash)
+        shutil.rmtree(trash)
+    return doomed
+
+
+# ---------------------------------------------------------------------------------------- save / load
+def _check_names(names, field_name: str) -> None:
+    for name in names:
+        if not isinstance(name, str) or not _FILE_NAME.match(name):
+            raise ValueError(
+                f"`{field_name}` keys become file names: letters, digits, '_', '-', '.'; got {name!r}"
+            )
+
+
+def save_checkpoint(
+    output_dir: str | os.PathLike,
+    state: TrainerState,
+    *,
+    policy=None,
+    optimizers: Mapping[str, torch.optim.Optimizer] | None = None,
+    schedulers: Mapping[str, Any] | None = None,
+    generators: Mapping[str, Generator] | None = None,
+    extra: Mapping[str, Callable[[Path], None]] | None = None,
+    save_total_limit: int | None = None,
+) -> Path:
+    """Write ``output_dir/checkpoint-{state.step}/`` atomically and return its path.
+
+    ``policy`` is a :class:`~comlrl.policy.MultiAgentPolicy`; ``optimizers`` / ``schedulers`` are keyed
+    by name (usually the policy name); ``generators`` are the trainer's own named random streams (the
+    global ones are always saved); each ``extra[name]`` callback writes its payload into the folder it is
+    given (``extra/<name>/``). If anything raises, no ``checkpoint-{step}`` appears and an existing one of
+    the same step is left untouched. With ``save_total_limit`` the oldest others are then deleted.
+    """
+    optimizers, schedulers, extra = dict(optimizers or {}), dict(schedulers or {}), dict(extra or {})
+    _check_names(optimizers, "optimizers")
+    _check_names(schedulers, "schedulers")
+    _check_names(extra, "extra")
+    if policy is not None and EXTRA_DIR in policy.layout()["groups"]:
+        raise ValueError(f"a policy folder may not be named {EXTRA_DIR!r} (reserved for trainer payloads)")
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    final = checkpoint_path(output_dir, state.step)
+    # Snapshot the random streams before anything else runs: saving must not shift them.
+    rng = capture_rng(generators)
+    scratch = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=output_dir))
+    try:
+        if policy is not None:
+            policy.save(scratch)
+        for name, optimizer in optimizers.items():
+            torch.save(optimizer.state_dict(), scratch / f"optimizer-{name}.pt")
+        for name, scheduler in schedulers.items():
+            torch.save(scheduler.state_dict(), scratch / f"scheduler-{name}.pt")
+        atomic_write_json(scratch / RNG_STATE_FILE, rng)
+        for name, write in extra.items():
+            target = scratch / EXTRA_DIR / name
+            target.mkdir(parents=True)
+            write(target)
+        atomic_write_json(scratch / TRAINER_STATE_FILE, state.to_json())
+        atomic_replace_dir(scratch, final)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    if save_total_limit is not None:
+        rotate_checkpoints(output_dir, save_total_limit, keep=final)
+    return final
+
+
+def extra_dir(checkpoint: str | os.PathLike, name: str) -> Path:
+    """Folder holding the payload the ``extra[name]`` callback wrote."""
+    path = Path(checkpoint) / EXTRA_DIR / name
+    if not path.is_dir():
+        raise FileNotFoundError(f"checkpoint {checkpoint} has no extra payload {name!r}")
+    return path
+
+
+def read_trainer_state(checkpoint: str | os.PathLike) -> TrainerState:
+    path = Path(checkpoint) / TRAINER_STATE_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"no {TRAINER_STATE_FILE} in {checkpoint}: not a complete checkpoint")
+    return TrainerState.from_json(json.loads(path.read_text(encoding="utf-8")))
+
+
+def load_checkpoint(
+    checkpoint: str | os.PathLike,
+    *,
+    policy=None,
+    optimizers: Mapping[str, torch.optim.Optimizer] | None = None,
+    schedulers: Mapping[str, Any] | None = None,
+    generators: Mapping[str, Generator] | None = None,
+    restore_global_rng: bool = True,
+) -> TrainerState:
+    """Restore a checkpoint into live objects and return its trainer state.
+
+    The policy's weights and versions are copied in place (optimizers built on its parameters stay
+    valid); each named optimizer / scheduler / generator must be in the checkpoint. The global random
+    streams are restored last, so nothing done while loading shifts them. To rebuild the policy instead
+    of filling an existing one, use ``MultiAgentPolicy.load(checkpoint)`` (the layout is at its root).
+    """
+    checkpoint = Path(checkpoint)
+    state = read_trainer_state(checkpoint)
+    if policy is not None:
+        policy.load_weights_(checkpoint)
+    for kind, objects in (("optimizer", optimizers), ("scheduler", schedulers)):
+        for name, obj in (objects or {}).items():
+            path = checkpoint / f"{kind}-{name}.pt"
+            if not path.is_file():
+                raise FileNotFoundError(f"checkpoint {checkpoint} has no {kind} {name!r} ({path.name})")
+            obj.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    rng = json.loads((checkpoint / RNG_STATE_FILE).read_text(encoding="utf-8"))
+    restore_rng(rng, generators, restore_global=restore_global_rng)
+    return state

@@ -1,0 +1,70 @@
+"""Shared RL math as small pure torch functions, used by comlrl's trainers and pettingllms' AT-GRPO.
+
+- :mod:`comlrl.rl.advantages`: group baselines (mean / raw / leave-one-out / max), ``compute_advantages``
+  with TRL's ``scale_rewards``, ``mix_rewards``, ``group_stats``.
+- :mod:`comlrl.rl.losses`: masked REINFORCE and PPO-clip token losses, ``aggregate_token_loss`` with TRL's
+  ``loss_type`` names, ``masked_entropy``.
+- :mod:`comlrl.rl.kl`: k1 / k2 / k3 estimators of KL(π ‖ π_ref) and reference-KL reward shaping.
+- :mod:`comlrl.rl.values`: critic loss (with PPO value clipping), single-turn critic advantages,
+  explained variance.
+- :mod:`comlrl.rl.masking`: masked sum / mean / var / whiten.
+"""
+
+from comlrl.rl.advantages import (
+    ESTIMATORS,
+    RL_ALGORITHM_ESTIMATORS,
+    SCALE_REWARDS,
+    GroupStats,
+    compute_advantages,
+    group_ids_from_keys,
+    group_max_baseline,
+    group_mean_baseline,
+    group_stats,
+    leave_one_out_baseline,
+    mix_rewards,
+    raw_returns,
+)
+from comlrl.rl.kl import KL_ESTIMATORS, kl_penalized_rewards, per_token_kl, sequence_kl
+from comlrl.rl.losses import (
+    LOSS_TYPES,
+    PPOLossOutput,
+    aggregate_token_loss,
+    masked_entropy,
+    policy_gradient_loss,
+    ppo_clip_loss,
+)
+from comlrl.rl.masking import masked_mean, masked_sum, masked_var, masked_whiten
+from comlrl.rl.values import CRITIC_TYPES, critic_advantages, explained_variance, value_loss
+
+__all__ = [
+    "CRITIC_TYPES",
+    "ESTIMATORS",
+    "KL_ESTIMATORS",
+    "LOSS_TYPES",
+    "RL_ALGORITHM_ESTIMATORS",
+    "SCALE_REWARDS",
+    "GroupStats",
+    "PPOLossOutput",
+    "aggregate_token_loss",
+    "compute_advantages",
+    "critic_advantages",
+    "explained_variance",
+    "group_ids_from_keys",
+    "group_max_baseline",
+    "group_mean_baseline",
+    "group_stats",
+    "kl_penalized_rewards",
+    "leave_one_out_baseline",
+    "masked_entropy",
+    "masked_mean",
+    "masked_sum",
+    "masked_var",
+    "masked_whiten",
+    "mix_rewards",
+    "per_token_kl",
+    "policy_gradient_loss",
+    "ppo_clip_loss",
+    "raw_returns",
+    "sequence_kl",
+    "value_loss",
+]

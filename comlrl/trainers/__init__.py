@@ -1,0 +1,1 @@
+"""comlrl trainers: preference learning (MADPO, MARLHF), the MAGRPO family and actor-critic."""

@@ -1,0 +1,28 @@
+import json
+
+import pytest
+import torch
+
+from comlrl.reporting import MetricsLogger, normalize_report_to
+
+
+def test_report_to_normalisation_and_errors():
+    assert normalize_report_to(None) == []
+    assert normalize_report_to("none") == []
+    assert normalize_report_to(["None", "TensorBoard"]) == ["tensorboard"]
+    assert normalize_report_to("all") == ["tensorboard", "wandb"]
+    with pytest.raises(ValueError, match="`report_to` got unknown reporter"):
+        normalize_report_to("mlflow")
+
+
+def test_metrics_jsonl_skips_non_finite_and_truncates_on_resume(tmp_path):
+    logger = MetricsLogger(tmp_path, "none")
+    logger.log({"loss": torch.tensor(0.5), "acc": 1, "bad": float("nan"), "text": "x"}, step=1)
+    logger.log({"loss": 0.25}, step=2)
+    logger.log({"loss": 0.125}, step=3)
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert lines[0] == {"step": 1, "loss": 0.5, "acc": 1.0}
+    logger.truncate_after(2)
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines] == [1, 2]
+    assert [r["step"] for r in logger.history] == [1, 2]
