@@ -1,0 +1,181 @@
+"""Rollout engine throughput against one raw batched ``model.generate``.
+
+For a fixed set of mixed-length prompts (slices of the shipped tokenizer corpus, 8 to 128 tokens) on the
+built presets, it times ``HFBackend.generate`` and one raw ``model.generate(do_sample=True)`` over the same
+prompts, candidates and number of new tokens (raw: ``min_new_tokens = max_new_tokens``; both count the
+tokens they actually return), alternating the two, and reports the median tokens per second and the ratio
+``raw / engine`` (target: <= 1.25). torch runs on one thread.
+
+    python benchmarks/rollout_engine.py                       # every case, test-tiny and small
+    python benchmarks/rollout_engine.py --cases engine_vs_raw --presets small --repeats 7
+
+Cases are functions registered in ``CASES``; each returns result rows (dicts) for the table and JSON.
+Results go to ``benchmarks/results/rollout_engine.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+
+from comlrl.atomic_io import atomic_write_json  # noqa: E402
+from comlrl.rollout import GenerationRequest, HFBackend, SamplingParams  # noqa: E402
+from comlrl.seeding import derive_seed  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "rollout_engine.json"
+PROMPT_LENGTHS = (8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120, 128)
+TARGET_RATIO = 1.25
+
+
+def corpus_prompts(tokenizer, lengths=PROMPT_LENGTHS) -> list[list[int]]:
+    """Token-id prompts of the given lengths, cut from the tokenizer corpus at spread-out offsets."""
+    from comlrl.models.builder import CORPUS_PATH
+
+    ids = tokenizer(CORPUS_PATH.read_text(encoding="utf-8"))["input_ids"]
+    stride = max(1, (len(ids) - max(lengths)) // len(lengths))
+    return [ids[i * stride : i * stride + length] for i, length in enumerate(lengths)]
+
+
+def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, prompt in enumerate(prompts):
+        ids[i, width - len(prompt) :] = torch.tensor(prompt)
+        mask[i, width - len(prompt) :] = 1
+    return ids, mask
+
+
+def time_engine(backend: HFBackend, prompts, params: SamplingParams) -> tuple[float, int]:
+    requests = [GenerationRequest(p, seed=derive_seed(0, "bench", i)) for i, p in enumerate(prompts)]
+    start = time.perf_counter()
+    results = backend.generate(requests, params)
+    elapsed = time.perf_counter() - start
+    return elapsed, sum(c.num_tokens for group in results for c in group)
+
+
+def time_raw(model, tokenizer, prompts, params: SamplingParams) -> tuple[float, int]:
+    ids, mask = left_pad(prompts, tokenizer.pad_token_id)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        output = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=True,
+            temperature=params.temperature,
+            top_k=params.top_k,
+            top_p=params.top_p,
+            max_new_tokens=params.max_new_tokens,
+            min_new_tokens=params.max_new_tokens,
+            num_return_sequences=params.n,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    elapsed = time.perf_counter() - start
+    new = output[:, ids.shape[1] :]
+    return elapsed, int((new != tokenizer.pad_token_id).sum())
+
+
+def engine_vs_raw_rows(args, params: SamplingParams, case: str) -> list[dict]:
+    from comlrl.models import build_preset, load_model, load_tokenizer
+
+    rows = []
+    for preset in args.presets:
+        path = build_preset(preset, seed=0)
+        model, tokenizer = load_model(path).eval(), load_tokenizer(path)
+        prompts = corpus_prompts(tokenizer)
+        backend = HFBackend.from_model(model, tokenizer)
+        time_engine(backend, prompts, params)  # warm-up (allocator, kernels, trl import paths)
+        time_raw(model, tokenizer, prompts, params)
+        engine, raw = [], []
+        for _ in range(args.repeats):
+            seconds, tokens = time_engine(backend, prompts, params)
+            engine.append(tokens / seconds)
+            seconds, tokens = time_raw(model, tokenizer, prompts, params)
+            raw.append(tokens / seconds)
+        engine_tps, raw_tps = statistics.median(engine), statistics.median(raw)
+        rows.append({
+            "case": case,
+            "preset": preset,
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "prompts": len(prompts),
+            "rows": len(prompts) * params.n,
+            "max_new_tokens": params.max_new_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "engine_tokens_per_s": round(engine_tps, 1),
+            "raw_tokens_per_s": round(raw_tps, 1),
+            "ratio_raw_over_engine": round(raw_tps / engine_tps, 3),
+            "within_target": raw_tps / engine_tps <= TARGET_RATIO,
+            "engine_runs": [round(x, 1) for x in engine],
+            "raw_runs": [round(x, 1) for x in raw],
+        })
+    return rows
+
+
+def engine_vs_raw(args) -> list[dict]:
+    """Plain sampling (temperature 1, no truncation)."""
+    return engine_vs_raw_rows(args, SamplingParams(n=2, max_new_tokens=args.max_new_tokens), "engine_vs_raw")
+
+
+def engine_vs_raw_top_p(args) -> list[dict]:
+    """Nucleus sampling (temperature 0.7, top-p 0.9): both sides sort or select the kept set per step."""
+    params = SamplingParams(n=2, max_new_tokens=args.max_new_tokens, temperature=0.7, top_p=0.9)
+    return engine_vs_raw_rows(args, params, "engine_vs_raw_top_p")
+
+
+CASES: dict[str, Callable[[argparse.Namespace], list[dict]]] = {
+    "engine_vs_raw": engine_vs_raw,
+    "engine_vs_raw_top_p": engine_vs_raw_top_p,
+}
+
+COLUMNS = ("case", "preset", "rows", "engine_tokens_per_s", "raw_tokens_per_s", "ratio_raw_over_engine")
+
+
+def print_table(rows: list[dict]) -> None:
+    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in COLUMNS}
+    print("  ".join(c.ljust(widths[c]) for c in COLUMNS))
+    for row in rows:
+        print("  ".join(str(row.get(c, "")).ljust(widths[c]) for c in COLUMNS))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--presets", nargs="+", default=["test-tiny", "small"])
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per side (median reported)")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error(f"--repeats must be >= 1, got {args.repeats}")
+    torch.set_num_threads(args.threads)
+
+    rows = [row for name in args.cases for row in CASES[name](args)]
+    print_table(rows)
+    atomic_write_json(args.output, {
+        "benchmark": "rollout_engine",
+        "target_ratio_raw_over_engine": TARGET_RATIO,
+        "torch": torch.__version__,
+        "threads": args.threads,
+        "machine": platform.machine(),
+        "python": sys.version.split()[0],
+        "results": rows,
+    })
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,57 @@
+"""The shared rollout engine: request and completion types and the generation backends.
+
+>>> from comlrl.rollout import GenerationRequest, HFBackend, SamplingParams
+>>> backend = HFBackend.from_model(model, tokenizer)
+>>> [[completion]] = backend.generate([GenerationRequest("Hello", seed=1)], SamplingParams(max_new_tokens=8))
+
+``APIBackend`` (remote models) is loaded on first access, so a problem in that module never breaks
+``import comlrl.rollout``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from comlrl.rollout.hf import DEFAULT_TOKEN_BUDGET, HFBackend, PolicyHandle
+from comlrl.rollout.sampling import SeededSampler, sample_step
+from comlrl.rollout.types import (
+    FINISH_LENGTH,
+    FINISH_STOP,
+    ChatMessages,
+    Completion,
+    GenerationRequest,
+    Prompt,
+    RolloutBackend,
+    SamplingParams,
+)
+
+_LAZY = {
+    "APIBackend": "comlrl.rollout.api",
+    "APIError": "comlrl.rollout.api",
+    "APIRequestError": "comlrl.rollout.api",
+    "APIResponseError": "comlrl.rollout.api",
+}
+
+__all__ = [
+    "DEFAULT_TOKEN_BUDGET",
+    "FINISH_LENGTH",
+    "FINISH_STOP",
+    "ChatMessages",
+    "Completion",
+    "GenerationRequest",
+    "HFBackend",
+    "PolicyHandle",
+    "Prompt",
+    "RolloutBackend",
+    "SamplingParams",
+    "SeededSampler",
+    "sample_step",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'comlrl.rollout' has no attribute {name!r}")

@@ -1,0 +1,196 @@
+"""Per-token log-probs of given completion token ids under a model: DPO margins, PPO ratios, reference KL.
+
+:func:`completion_logprobs` scores a batch of (prompt, completion) pairs with one padded forward pass per
+chunk. Results are completion-aligned whatever the padding: column ``j`` holds the log-prob of each
+completion's ``j``-th token, ``log_softmax(logits / temperature)`` taken in float32, and the mask marks
+real tokens. Which tokens are real comes from the sequence lengths, never from comparing ids with the pad
+token, so ``pad_token_id == eos_token_id`` is fine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+PADDING_SIDES = ("split", "left", "right")
+
+
+def _own_selective_log_softmax(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    return logits.gather(-1, index.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+
+def _selective_log_softmax():
+    """TRL's ``selective_log_softmax`` (fused kernels where available), else an equivalent gather."""
+    try:
+        from trl.trainer.utils import selective_log_softmax
+    except ImportError:  # pragma: no cover - trl is a core dependency
+        return _own_selective_log_softmax
+    return selective_log_softmax
+
+
+def gather_token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """``log_softmax(logits / temperature)[..., token_ids]`` in float32 without a full log-softmax tensor."""
+    logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    return _selective_log_softmax()(logits, token_ids)
+
+
+def layout(prompt_lengths: Sequence[int], completion_lengths: Sequence[int], padding_side: str):
+    """Where each row's prompt and completion go in the padded batch.
+
+    Returns ``(width, prompt_starts, completion_starts)``. ``"left"`` right-aligns whole sequences,
+    ``"right"`` left-aligns them, ``"split"`` left-pads prompts and right-pads completions (TRL's layout:
+    every completion starts in the same column, so the fewest logits are computed).
+    """
+    if padding_side not in PADDING_SIDES:
+        raise ValueError(f"`padding_side` must be one of {PADDING_SIDES}, got {padding_side!r}")
+    totals = [p + c for p, c in zip(prompt_lengths, completion_lengths)]
+    if padding_side == "split":
+        prompt_width = max(prompt_lengths)
+        width = prompt_width + max(completion_lengths)
+        prompt_starts = [prompt_width - p for p in prompt_lengths]
+        completion_starts = [prompt_width] * len(prompt_lengths)
+    elif padding_side == "left":
+        width = max(totals)
+        prompt_starts = [width - t for t in totals]
+        completion_starts = [width - c for c in completion_lengths]
+    else:
+        width = max(totals)
+        prompt_starts = [0] * len(totals)
+        completion_starts = list(prompt_lengths)
+    return width, prompt_starts, completion_starts
+
+
+def score_chunks(lengths: Sequence[int], token_budget: int | None) -> list[list[int]]:
+    """Row indices grouped longest first so each chunk's ``rows * longest <= token_budget`` (a row longer
+    than the budget gets a chunk of its own); one chunk when there is no budget."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    if token_budget is None:
+        return [order] if order else []
+    chunks: list[list[int]] = []
+    for index in order:
+        if chunks and (len(chunks[-1]) + 1) * lengths[chunks[-1][0]] <= token_budget:
+            chunks[-1].append(index)
+        else:
+            chunks.append([index])
+    return chunks
+
+
+def _forward_chunk(model, prompts, completions, pad_token_id, temperature, padding_side, device):
+    prompt_lengths = [len(p) for p in prompts]
+    completion_lengths = [len(c) for c in completions]
+    width, prompt_starts, completion_starts = layout(prompt_lengths, completion_lengths, padding_side)
+    rows, longest = len(prompts), max(completion_lengths)
+    input_ids = torch.full((rows, width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((rows, width), dtype=torch.long)
+    for i, (prompt, completion) in enumerate(zip(prompts, completions)):
+        p0, c0 = prompt_starts[i], completion_starts[i]
+        input_ids[i, p0 : p0 + len(prompt)] = torch.tensor(prompt, dtype=torch.long)
+        input_ids[i, c0 : c0 + len(completion)] = torch.tensor(completion, dtype=torch.long)
+        attention_mask[i, p0 : c0 + len(completion)] = 1
+    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+    # Token j of row i sits at column completion_starts[i] + j and is predicted by the column before it;
+    # only logits from the earliest such column on are computed.
+    first = min(completion_starts) - 1
+    keep = width - first
+    columns = torch.tensor(completion_starts).unsqueeze(1) - 1 - first + torch.arange(longest).unsqueeze(0)
+    valid = torch.arange(longest).unsqueeze(0) < torch.tensor(completion_lengths).unsqueeze(1)
+    columns = torch.where(valid, columns, torch.zeros_like(columns))
+    targets = torch.tensor(
+        [list(c) + [pad_token_id] * (longest - len(c)) for c in completions], dtype=torch.long
+    )
+    inputs = {
+        "input_ids": input_ids.to(device),
+        "attention_mask": attention_mask.to(device),
+        "position_ids": position_ids.to(device),
+        "use_cache": False,
+    }
+    try:
+        logits = model(**inputs, logits_to_keep=keep).logits
+    except TypeError:  # a model without ``logits_to_keep``: compute all logits and slice
+        logits = model(**inputs).logits[:, -keep:]
+    if padding_side == "split":
+        selected = logits[:, :longest]
+    else:
+        index = columns.to(device).unsqueeze(-1).expand(-1, -1, logits.shape[-1])
+        selected = logits.gather(1, index)
+    logprobs = gather_token_logprobs(selected, targets.to(device), temperature)
+    return logprobs.masked_fill(~valid.to(device), 0.0)
+
+
+def completion_logprobs(
+    model,
+    prompt_ids: Sequence[Sequence[int]],
+    completion_ids: Sequence[Sequence[int]],
+    *,
+    pad_token_id: int,
+    temperature: float = 1.0,
+    padding_side: str = "split",
+    token_budget: int | None = None,
+    exclude_last_token: bool = False,
+    requires_grad: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs of each completion token given its prompt and the completion tokens before it.
+
+    Returns ``(logprobs, mask)``, both ``[B, Lc]`` on the model's device (``Lc`` the longest completion):
+    float32 log-probs (0 where masked) and a bool mask of real tokens. ``padding_side`` is ``"split"``
+    (prompts left-, completions right-padded), ``"left"`` or ``"right"``; the numbers agree across sides
+    up to float rounding. ``token_budget`` bounds ``rows * padded length`` per forward (None: one
+    forward). ``exclude_last_token`` masks each completion's final token. ``requires_grad`` keeps the
+    autograd graph (chunks are concatenated with their gradients); otherwise it runs under ``no_grad``.
+    The model's train / eval mode is left as the caller set it.
+    """
+    if len(prompt_ids) != len(completion_ids):
+        raise ValueError(
+            f"`prompt_ids` and `completion_ids` must have the same length, got {len(prompt_ids)} "
+            f"and {len(completion_ids)}"
+        )
+    if temperature <= 0:
+        raise ValueError(f"`temperature` must be > 0, got {temperature}")
+    if token_budget is not None and token_budget < 1:
+        raise ValueError(f"`token_budget` must be >= 1 or None, got {token_budget}")
+    if padding_side not in PADDING_SIDES:
+        raise ValueError(f"`padding_side` must be one of {PADDING_SIDES}, got {padding_side!r}")
+    for i, prompt in enumerate(prompt_ids):
+        if len(prompt) == 0:
+            raise ValueError(f"`prompt_ids[{i}]` is empty: the first completion token needs a prompt")
+    device = next(model.parameters()).device
+    rows = len(prompt_ids)
+    completion_lengths = torch.tensor([len(c) for c in completion_ids], dtype=torch.long)
+    longest = int(completion_lengths.max()) if rows else 0
+    mask = torch.arange(longest).unsqueeze(0) < completion_lengths.unsqueeze(1)
+    if exclude_last_token:
+        mask &= torch.arange(longest).unsqueeze(0) < (completion_lengths - 1).unsqueeze(1)
+    mask = mask.to(device)
+    if longest == 0:
+        return torch.zeros((rows, 0), device=device), mask
+
+    totals = [len(p) + len(c) for p, c in zip(prompt_ids, completion_ids)]
+    pieces, order = [], []
+    with torch.enable_grad() if requires_grad else torch.no_grad():
+        for chunk in score_chunks(totals, token_budget):
+            scored = [i for i in chunk if len(completion_ids[i]) > 0]
+            if scored:
+                part = _forward_chunk(
+                    model,
+                    [list(prompt_ids[i]) for i in scored],
+                    [list(completion_ids[i]) for i in scored],
+                    pad_token_id,
+                    temperature,
+                    padding_side,
+                    device,
+                )
+                pieces.append(torch.nn.functional.pad(part, (0, longest - part.shape[1])))
+                order.extend(scored)
+        # Rows with empty completions get zero rows; then undo the chunk order.
+        empty = [i for i in range(rows) if len(completion_ids[i]) == 0]
+        if empty:
+            pieces.append(torch.zeros((len(empty), longest), device=device))
+            order.extend(empty)
+        stacked = torch.cat(pieces, dim=0)
+        inverse = torch.empty(rows, dtype=torch.long)
+        inverse[torch.tensor(order)] = torch.arange(rows)
+        logprobs = stacked.index_select(0, inverse.to(device))
+    return logprobs.masked_fill(~mask, 0.0), mask
