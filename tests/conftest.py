@@ -21,7 +21,7 @@ transformers.utils.logging.disable_progress_bar()
 torch.set_num_threads(1)
 
 # "dev" for quick local runs, "ci" sized to CI's budget; tests that need a larger count for their own
-# reason (e.g. 10,000 parser cases) scale it by ``PROFILE_SCALE`` via ``settings(max_examples=...)``.
+# reason (e.g. 10,000 parser cases) set ``max_examples`` explicitly.
 settings.register_profile(
     "dev", max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )

@@ -1,0 +1,433 @@
+"""The game-and-planning workflow shared by Plan-Path, Sokoban and Sudoku.
+
+Roles. Each turn the **tool agent** calls tools (the environment's own tool, ``simulate`` or ``check``,
+and, when enabled, ``python``, which runs code through an env worker) and leaves a report and a
+proposal in the state; then the **plan agent** gives the final action, which changes the real state.
+The **single agent** (policy level L0) is a plan agent that works alone. The workflow repeats until the
+goal, an unwinnable state, or the turn budget.
+
+Rewards (defaults in :class:`GameConfig`; every environment documents its task reward):
+
+* global: ``task_reward(state)`` of the state right after the step, a *level*, not an increment:
+  1.0 when solved, else ``0.5 * progress`` with ``progress`` in [0, 1) (0 for an unwinnable state).
+* plan / single agent, local, an *increment*:
+  ``task_reward(after) - task_reward(before) - invalid_action_penalty * invalid``, where ``invalid``
+  counts the parts of the action the rules rejected (no-op moves into walls, changed givens);
+  ``parse_error_reward`` (state unchanged) when the answer does not parse.
+* tool agent, local, an *increment* measured on a copy (the real state does not change):
+  the same formula for its proposal (the answer of its last tool call that produced one) against the
+  current state; ``tool_failure_reward`` when no call produced a proposal (invalid argument, code that
+  errors, times out, hits a limit or prints no answer); ``parse_error_reward`` when the response holds
+  no tool call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, TypeVar
+
+from pettingllms.agents.base import Agent, Prompt, build_prompt
+from pettingllms.agents.code_runner import EXECUTION_STATUSES
+from pettingllms.agents.failures import InfrastructureError, ParseError, ToolConfigurationError
+from pettingllms.envs.base import BaseEnv, EnvConfig, EnvState
+from pettingllms.envs.game_parsers import PYTHON_TOOL, ToolCall, extract_final_answer, parse_tool_calls
+
+_STATUS_FAILURE = {"error": "tool_error", "timeout": "tool_timeout", "killed": "tool_killed"}
+_OUTPUT_LIMIT = 300
+
+
+def action_local_reward(before: float, after: float, invalid: int, penalty: float) -> float:
+    """Local reward of an action (or a proposal): the task-reward increment minus the invalid-part penalty."""
+    if invalid < 0:
+        raise ValueError(f"`invalid` must be >= 0, got {invalid}")
+    return (after - before) - penalty * invalid
+
+
+def level_reward(solved: bool, progress: float) -> float:
+    """The games' task reward: 1.0 when solved, else ``0.5 * progress`` (``progress`` clipped to [0, 1])."""
+    if solved:
+        return 1.0
+    return 0.5 * min(1.0, max(0.0, progress))
+
+
+@dataclass(frozen=True)
+class GameConfig(EnvConfig):
+    """Settings shared by the game environments (see :class:`~pettingllms.envs.base.EnvConfig`).
+
+    > Rewards
+
+    - ``parse_error_reward``: local reward of a response that does not parse.
+    - ``tool_failure_reward``: local reward of a tool turn in which no call produced a proposal.
+    - ``invalid_action_penalty``: subtracted per rejected part of an action or proposal.
+    """
+
+    parse_error_reward: float = -1.0
+    tool_failure_reward: float = -0.5
+    invalid_action_penalty: float = 0.1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("parse_error_reward", "tool_failure_reward", "invalid_action_penalty"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"`{name}` must be a finite number, got {value!r}")
+        if self.invalid_action_penalty < 0:
+            raise ValueError(f"`invalid_action_penalty` must be >= 0, got {self.invalid_action_penalty}")
+
+
+@dataclass(frozen=True)
+class ToolReport:
+    """One tool call as the plan agent sees it: tool, argument (shortened), whether it worked, output."""
+
+    name: str
+    argument: str
+    ok: bool
+    output: str
+
+
+@dataclass(kw_only=True)
+class GameState(EnvState):
+    """Blackboard fields shared by the games (each game's state adds its board).
+
+    - ``tool_reports``: the tool agent's calls of its latest step.
+    - ``proposal``: canonical text of the tool agent's latest proposal, ``None`` if it made none.
+    - ``last_report``: what the latest real action did (or why it was rejected).
+    - ``actions_taken``: real actions applied so far (plan / single steps that parsed).
+    """
+
+    tool_reports: list[ToolReport] = field(default_factory=list)
+    proposal: str | None = None
+    last_report: str = ""
+    actions_taken: int = 0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Effect of applying an answer: number of rejected parts and a one-line report."""
+
+    invalid: int
+    report: str
+
+
+@dataclass(frozen=True)
+class GamePrompts:
+    """The text pieces of one game's prompts (kept short: small models read them).
+
+    ``task`` states the rules and symbols; ``tool_help`` describes the environment tool;
+    ``python_help`` says what a python tool call reads on stdin and must print; ``answer_help`` and
+    ``answer_example`` describe the final answer.
+    """
+
+    task: str
+    tool_help: str
+    python_help: str
+    answer_help: str
+    answer_example: str
+
+
+@dataclass(frozen=True)
+class GameSpec:
+    """What the agents of one game need without holding the environment: names, prompts, parser."""
+
+    env_name: str
+    env_tool: str
+    prompts: GamePrompts
+    parse_answer: Callable[[str, Any], Any]
+    format_answer: Callable[[Any], str]
+
+
+GS = TypeVar("GS", bound=GameState)
+
+
+class GameEnv(BaseEnv[GS], Generic[GS]):
+    """Base of the game environments: answer parsing/applying hooks, rendering, oracle and random answers.
+
+    Subclasses set ``spec`` and implement :meth:`answer_spec`, :meth:`apply_answer` (pure: returns a
+    new state, never mutates its argument), :meth:`render`, :meth:`oracle_answer` and
+    :meth:`random_answer`, plus the :class:`~pettingllms.envs.base.BaseEnv` hooks.
+    """
+
+    config_class: ClassVar[type[EnvConfig]] = GameConfig
+    roles: ClassVar[tuple[str, ...]] = ("tool", "plan", "single")
+    spec: ClassVar[GameSpec]
+
+    def answer_spec(self) -> Any:
+        """Immutable parameters the answer parser needs (limits, board size)."""
+        raise NotImplementedError
+
+    def parse_answer(self, text: str) -> Any:
+        return self.spec.parse_answer(text, self.answer_spec())
+
+    def format_answer(self, answer: Any) -> str:
+        return self.spec.format_answer(answer)
+
+    def apply_answer(self, state: GS, answer: Any) -> tuple[GS, Outcome]:
+        raise NotImplementedError
+
+    def render(self, state: GS) -> str:
+        raise NotImplementedError
+
+    def oracle_answer(self, state: GS) -> Any:
+        """An answer that solves ``state`` (from the env's solver); ValueError when none exists."""
+        raise NotImplementedError
+
+    def random_answer(self, state: GS, rng: random.Random) -> Any:
+        """A well-formed random answer drawn from ``rng``."""
+        raise NotImplementedError
+
+
+# ---- prompts -----------------------------------------------------------------------------------------
+
+def _tool_lines(prompts: GamePrompts, env_tool: str, tools: tuple[str, ...]) -> str:
+    lines = []
+    for tool in tools:
+        lines.append(f"- {prompts.tool_help}" if tool == env_tool else f"- {prompts.python_help}")
+    return "\n".join(lines)
+
+
+def _shorten(text: str, limit: int = _OUTPUT_LIMIT) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _status_lines(env: GameEnv, state: GameState, turn_idx: int) -> list[str]:
+    lines = [f"Turn {turn_idx + 1} of {env.config.max_turns}.", "Current state:", env.render(state)]
+    lines.append(f"Last action: {state.last_report or 'none yet'}")
+    return lines
+
+
+def _report_lines(state: GameState) -> list[str]:
+    if not state.tool_reports and state.proposal is None:
+        return ["Tool report: none yet."]
+    lines = ["Tool report:"]
+    for report in state.tool_reports:
+        mark = "" if report.ok else " (failed)"
+        argument = f": {_shorten(report.argument, 80)}" if report.argument else ""
+        lines.append(f"- {report.name}{argument}{mark} -> {report.output}")
+    lines.append(f"Tool proposal: {state.proposal if state.proposal is not None else 'none'}")
+    return lines
+
+
+# ---- agents ------------------------------------------------------------------------------------------
+
+class GameAgent(Agent):
+    """Shared parts of the game agents: the game spec, the parse context captured from the env."""
+
+    spec: ClassVar[GameSpec]
+
+    def __init__(self, *, role: str | None = None, prompt_style: str = "chat") -> None:
+        super().__init__(role=role, prompt_style=prompt_style)
+        self._answer_spec: Any = None
+
+    def _check_env(self, env: Any) -> GameEnv:
+        if not isinstance(env, GameEnv) or env.spec.env_name != self.spec.env_name:
+            raise TypeError(
+                f"{type(self).__name__} plays {self.spec.env_name!r}, got env {getattr(env, 'name', env)!r}"
+            )
+        return env
+
+    def _answer_context(self) -> Any:
+        if self._answer_spec is None:
+            raise RuntimeError(f"{type(self).__name__}: call update_from_env before update_from_model")
+        return self._answer_spec
+
+    def format_response(self, answer: Any) -> str:
+        """A response that this agent's parser reads back as ``answer`` (used by scripted policies)."""
+        raise NotImplementedError
+
+
+class ToolAgent(GameAgent):
+    """Acts through tools; its action is a tuple of :class:`~pettingllms.envs.game_parsers.ToolCall`.
+
+    ``tools`` (configuration) lists the tools it may use: the environment's own tool and/or ``python``.
+    ``code_timeout`` is passed to the env worker for python calls (``None``: the worker's default).
+    """
+
+    default_role = "tool"
+
+    def __init__(
+        self,
+        *,
+        role: str | None = None,
+        tools: list[str] | tuple[str, ...] | None = None,
+        prompt_style: str = "chat",
+        max_tool_calls: int = 4,
+        code_timeout: float | None = None,
+    ) -> None:
+        super().__init__(role=role, prompt_style=prompt_style)
+        allowed = (self.spec.env_tool, PYTHON_TOOL)
+        if isinstance(tools, str) or (tools is not None and not tools):
+            raise ValueError(f"`tools` must be a list of at least one of {list(allowed)}, got {tools!r}")
+        tools = tuple(tools) if tools is not None else (self.spec.env_tool,)
+        for tool in tools:
+            if tool not in allowed:
+                raise ValueError(f"`tools` entry {tool!r} is not a {self.spec.env_name} tool; choose from {list(allowed)}")
+        if len(set(tools)) != len(tools):
+            raise ValueError(f"`tools` must not repeat a tool, got {list(tools)}")
+        if isinstance(max_tool_calls, bool) or not isinstance(max_tool_calls, int) or max_tool_calls < 1:
+            raise ValueError(f"`max_tool_calls` must be an integer >= 1, got {max_tool_calls!r}")
+        if code_timeout is not None and not code_timeout > 0:
+            raise ValueError(f"`code_timeout` must be > 0 seconds or None, got {code_timeout!r}")
+        self.tools = tools
+        self.max_tool_calls = max_tool_calls
+        self.code_timeout = code_timeout
+
+    def update_from_env(self, turn_idx: int, env_data: Any) -> Prompt:
+        env = self._check_env(env_data)
+        self._answer_spec = env.answer_spec()
+        prompts = self.spec.prompts
+        system = (
+            f"{prompts.task}\nYou are the tool agent: use tools to find a good answer; the plan agent "
+            f"then acts.\nTools (one call per line):\n{_tool_lines(prompts, self.spec.env_tool, self.tools)}"
+        )
+        example = self.spec.env_tool if self.spec.env_tool in self.tools else PYTHON_TOOL
+        closing = (
+            f"Call tools now, e.g. `{self.spec.env_tool}: {prompts.answer_example}`."
+            if example != PYTHON_TOOL
+            else "Call the python tool now with a ```python block."
+        )
+        user = "\n".join(_status_lines(env, env.state, turn_idx) + [closing])
+        self.prompt = build_prompt(system, user, self.prompt_style)
+        return self.prompt
+
+    def parse(self, response: str) -> tuple[ToolCall, ...]:
+        return parse_tool_calls(response, self.tools, self.max_tool_calls)
+
+    def format_response(self, answer: Any) -> str:
+        text = self.spec.format_answer(answer)
+        if self.tools[0] == PYTHON_TOOL:
+            return f"```python\nprint({('#### ' + text)!r})\n```"
+        return f"{self.tools[0]}: {text}"
+
+    async def _run_python(self, env: GameEnv, code: str, env_worker: Any) -> tuple[Any, str, str | None]:
+        """(answer or None, report text, failure label or None) of one python call."""
+        if env_worker is None or not hasattr(env_worker, "run"):
+            raise ToolConfigurationError(
+                f"{type(self).__name__}: the python tool needs an env worker with `run`, got {env_worker!r}"
+            )
+        try:
+            result = await env_worker.run(code, stdin=env.render(env.state) + "\n", timeout=self.code_timeout)
+        except InfrastructureError:
+            raise
+        except Exception as exc:  # the worker, not the program, failed: never reward it
+            raise InfrastructureError(f"env worker could not run the python tool: {exc!r}") from exc
+        status = getattr(result, "status", None)
+        if status not in EXECUTION_STATUSES:
+            raise InfrastructureError(f"env worker returned an unknown status {status!r}")
+        if status != "ok":
+            detail = _shorten(result.stderr or result.stdout or "", 160)
+            return None, f"{status}: {detail}".rstrip(": "), _STATUS_FAILURE[status]
+        try:
+            answer = env.parse_answer(extract_final_answer(result.stdout))
+        except ParseError as exc:
+            return None, f"no answer in output ({exc}); stdout: {_shorten(result.stdout, 120)}", "no_proposal"
+        return answer, "", None
+
+    async def step(self, env_data: Any, env_worker: Any = None) -> None:
+        env = self._check_env(env_data)
+        state = env.state
+        config: GameConfig = env.config
+        self.failure = None
+        if self.action is None:
+            self.feedback = f"response not understood: {self.parse_error}"
+            state.tool_reports = [ToolReport("response", "", False, _shorten(self.feedback))]
+            state.proposal = None
+            self.local_reward = config.parse_error_reward
+            self.failure = "parse_error"
+            return
+        reports: list[ToolReport] = []
+        proposal, proposal_state, proposal_invalid, last_failure = None, None, 0, None
+        for call in self.action:
+            if call.name == PYTHON_TOOL:
+                answer, output, failure = await self._run_python(env, call.argument, env_worker)
+            else:
+                try:
+                    answer, output, failure = env.parse_answer(call.argument), "", None
+                except ParseError as exc:
+                    answer, output, failure = None, f"error: {exc}", "tool_error"
+            if answer is not None:
+                new_state, outcome = env.apply_answer(state, answer)
+                proposal, proposal_state, proposal_invalid = answer, new_state, outcome.invalid
+                output = (output + " " if output else "") + outcome.report
+            else:
+                last_failure = failure
+            argument = call.argument if call.name != PYTHON_TOOL else f"<{len(call.argument)} chars of code>"
+            reports.append(ToolReport(call.name, _shorten(argument, 80), answer is not None, _shorten(output)))
+        state.tool_reports = reports
+        state.proposal = env.format_answer(proposal) if proposal is not None else None
+        if proposal_state is None:
+            self.local_reward = config.tool_failure_reward
+            self.failure = last_failure or "no_proposal"
+        else:
+            self.local_reward = action_local_reward(
+                env.task_reward_of(state), env.task_reward_of(proposal_state),
+                proposal_invalid, config.invalid_action_penalty,
+            )
+        self.feedback = "\n".join(f"{r.name}: {r.output}" for r in reports)
+
+
+class PlanAgent(GameAgent):
+    """Gives the final action (``#### <answer>``), applied to the real state; sees the tool report."""
+
+    default_role = "plan"
+    #: Whether the prompt shows the tool agent's latest report and proposal.
+    sees_tool_report: ClassVar[bool] = True
+
+    def _role_text(self) -> str:
+        return "You are the plan agent: read the tool report and give the action to play."
+
+    def update_from_env(self, turn_idx: int, env_data: Any) -> Prompt:
+        env = self._check_env(env_data)
+        self._answer_spec = env.answer_spec()
+        prompts = self.spec.prompts
+        system = f"{prompts.task}\n{self._role_text()}\n{prompts.answer_help}"
+        lines = _status_lines(env, env.state, turn_idx)
+        if self.sees_tool_report:
+            lines += _report_lines(env.state)
+        lines.append(f"End with one line `#### <answer>`, e.g. `#### {prompts.answer_example}`.")
+        self.prompt = build_prompt(system, "\n".join(lines), self.prompt_style)
+        return self.prompt
+
+    def parse(self, response: str) -> Any:
+        return self.spec.parse_answer(extract_final_answer(response), self._answer_context())
+
+    def format_response(self, answer: Any) -> str:
+        return f"#### {self.spec.format_answer(answer)}"
+
+    async def step(self, env_data: Any, env_worker: Any = None) -> None:
+        env = self._check_env(env_data)
+        state = env.state
+        config: GameConfig = env.config
+        self.failure = None
+        if self.action is None:
+            state.last_report = f"{self.role} answer not understood ({self.parse_error}); nothing changed"
+            self.local_reward = config.parse_error_reward
+            self.failure = "parse_error"
+            self.feedback = state.last_report
+            return
+        before = env.task_reward_of(state)
+        new_state, outcome = env.apply_answer(state, self.action)
+        new_state = dataclasses.replace(
+            new_state,
+            actions_taken=state.actions_taken + 1,
+            last_report=f"{self.role} played {env.format_answer(self.action)}: {outcome.report}",
+        )
+        env.state = new_state
+        self.local_reward = action_local_reward(
+            before, env.task_reward_of(new_state), outcome.invalid, config.invalid_action_penalty
+        )
+        self.feedback = new_state.last_report
+
+
+class SingleAgent(PlanAgent):
+    """Does the whole task alone (policy level L0): a plan agent without a tool agent."""
+
+    default_role = "single"
+    sees_tool_report = False
+
+    def _role_text(self) -> str:
+        return "You solve the task alone: give the action to play."

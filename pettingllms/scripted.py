@@ -1,0 +1,111 @@
+"""Scripted policies that play through the agent protocol without a model, and a reference episode loop.
+
+A scripted policy answers an agent's prompt with *text*, exactly as a model would, so the agent's
+parser, step and rewards run unchanged:
+
+* :class:`OraclePolicy`: the environment's solver answer for the current state (tool agents call their
+  first tool with it, plan and single agents give it as ``#### ...``);
+* :class:`RandomPolicy`: a well-formed random answer (and, with ``malformed_prob``, random junk);
+* :class:`RolePolicy`: a different policy per role (e.g. an oracle tool agent and a random plan agent).
+
+:func:`play_episode` is the plain sequential loop (one instance, one agent at a time); the batched,
+tree-sampling engine lives in :mod:`pettingllms.execution`.
+"""
+
+from __future__ import annotations
+
+import random
+import string
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from pettingllms.envs.base import BaseEnv, StepResult
+
+__all__ = ["EpisodeResult", "OraclePolicy", "RandomPolicy", "RolePolicy", "ScriptedPolicy", "play_episode"]
+
+
+@runtime_checkable
+class ScriptedPolicy(Protocol):
+    """Answers ``agent``'s current prompt (built by ``update_from_env``) with response text."""
+
+    def respond(self, agent: Any, env: Any) -> str: ...
+
+
+def _format(agent: Any, answer: Any) -> str:
+    formatter = getattr(agent, "format_response", None)
+    if formatter is None:
+        raise TypeError(f"{type(agent).__name__} has no `format_response`; scripted policies cannot answer for it")
+    return formatter(answer)
+
+
+class OraclePolicy:
+    """The environment's oracle answer for the current state, in the agent's response format."""
+
+    def respond(self, agent: Any, env: Any) -> str:
+        return _format(agent, env.oracle_answer(env.state))
+
+
+class RandomPolicy:
+    """Random well-formed answers drawn from a generator this policy owns (seeded by ``seed``).
+
+    With probability ``malformed_prob`` the response is random printable junk instead.
+    """
+
+    def __init__(self, seed: int = 0, malformed_prob: float = 0.0) -> None:
+        if not 0.0 <= malformed_prob <= 1.0:
+            raise ValueError(f"`malformed_prob` must be in [0, 1], got {malformed_prob}")
+        self.rng = random.Random(seed)
+        self.malformed_prob = malformed_prob
+
+    def respond(self, agent: Any, env: Any) -> str:
+        if self.malformed_prob and self.rng.random() < self.malformed_prob:
+            return "".join(self.rng.choice(string.printable) for _ in range(self.rng.randint(0, 40)))
+        return _format(agent, env.random_answer(env.state, self.rng))
+
+
+class RolePolicy:
+    """Dispatches by ``agent.role`` to the policy given for that role (``default`` for the rest)."""
+
+    def __init__(self, policies: Mapping[str, ScriptedPolicy], default: ScriptedPolicy | None = None) -> None:
+        self.policies = dict(policies)
+        self.default = default
+
+    def respond(self, agent: Any, env: Any) -> str:
+        policy = self.policies.get(agent.role, self.default)
+        if policy is None:
+            raise KeyError(f"no policy for role {agent.role!r}; roles with a policy: {sorted(self.policies)}")
+        return policy.respond(agent, env)
+
+
+@dataclass
+class EpisodeResult:
+    """One played episode: instance seed, final status, turns used, and every step's result."""
+
+    seed: int
+    success: bool
+    done: bool
+    turns: int
+    steps: list[StepResult] = field(default_factory=list)
+
+    def rewards(self, role: str) -> list[float]:
+        return [s.reward for s in self.steps if s.role == role]
+
+
+async def play_episode(
+    env: BaseEnv, agents: Sequence[Any], policy: ScriptedPolicy, seed: int, env_worker: Any = None
+) -> EpisodeResult:
+    """Reset ``env`` to ``seed`` and play until done; ``agents[i]`` acts at ``turn_order[i]``."""
+    order = env.config.turn_order
+    if [a.role for a in agents] != list(order):
+        raise ValueError(f"agents' roles {[a.role for a in agents]} must match turn_order {list(order)}")
+    await env.reset(seed)
+    for agent in agents:
+        agent.reset()
+    steps: list[StepResult] = []
+    while not env.done:
+        agent = agents[env.state.position]
+        agent.update_from_env(env.state.turn, env)
+        agent.update_from_model(policy.respond(agent, env))
+        steps.append(await env.step_agent(agent, env_worker))
+    return EpisodeResult(seed=seed, success=env.success, done=env.done, turns=env.state.turn, steps=steps)
