@@ -1,8 +1,14 @@
-"""Preference learning for cooperative LLM agents: the data side (oracle, pairs, replay).
+"""Preference learning for cooperative LLM agents: MADPO, MARLHF and their iterative variants, and the
+data side they share (oracle, pairs, replay).
 
-The MADPO and MARLHF trainers build on these.
+The trainers (and everything that needs transformers) load on first access, so importing a config or the
+data helpers stays light.
 """
 
+import importlib
+from typing import Any
+
+from comlrl.trainers.preference.config import MADPOConfig, MADPOIterConfig, MARLHFConfig, MARLHFIterConfig
 from comlrl.trainers.preference.oracle import Oracle, OracleError, OracleScores, batched_reward
 from comlrl.trainers.preference.pairs import (
     ITERATIVE_PAIR_SELECTIONS,
@@ -26,8 +32,27 @@ from comlrl.trainers.preference.replay import (
     validate_replay_options,
 )
 
+_LAZY = {
+    "MADPOTrainer": "comlrl.trainers.preference.madpo",
+    "MADPOIterTrainer": "comlrl.trainers.preference.iterative",
+    "PreferenceTrainerBase": "comlrl.trainers.preference.base",
+    "CentralizedComparatorAdapter": "comlrl.trainers.preference.comparators.centralized",
+    "CentralizedComparatorParseError": "comlrl.trainers.preference.comparators.centralized",
+    "TaggedCentralizedComparatorAdapter": "comlrl.trainers.preference.comparators.centralized",
+}
+
 __all__ = [
+    "CentralizedComparatorAdapter",
+    "CentralizedComparatorParseError",
+    "TaggedCentralizedComparatorAdapter",
     "ITERATIVE_PAIR_SELECTIONS",
+    "MADPOConfig",
+    "MADPOIterConfig",
+    "MADPOIterTrainer",
+    "MADPOTrainer",
+    "MARLHFConfig",
+    "MARLHFIterConfig",
+    "PreferenceTrainerBase",
     "Oracle",
     "OracleError",
     "OracleScores",
@@ -47,3 +72,9 @@ __all__ = [
     "validate_replay_options",
     "write_round",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'comlrl.trainers.preference' has no attribute {name!r}")

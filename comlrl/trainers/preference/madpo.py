@@ -1,0 +1,179 @@
+"""MADPO: Multi-Agent Direct Preference Optimization.
+
+The loop, top to bottom (the base trainer; the iterative one runs the same update each round):
+
+1. sample ``preference_num_candidates`` joint responses per training item (one generate call per batch of
+   items, every agent's requests together), score them with the oracle, keep the non-tied pairs;
+2. for ``num_train_epochs`` epochs, shuffle the pairs with a seeded generator and cut batches of
+   ``train_batch_size``;
+3. per batch, one padded forward per agent scores the winners and losers together (the sampled token ids,
+   EOS included unless ``exclude_last_completion_token``), giving every agent's margin on every pair;
+4. agent i's loss is ``-log sigmoid(dpo_beta * (m_i + sum_{j != i} stopgrad(m_j)))``
+   (:func:`~comlrl.trainers.preference.losses.madpo_agent_losses`): one backward of the summed losses
+   gives each agent exactly its own gradient, and every policy's AdamW steps once.
+
+A non-finite loss skips the update (counted, logged; ``max_nonfinite_losses_in_a_row`` in a row stop the
+run). Override points: :meth:`MADPOTrainer.compute_margins` and :meth:`MADPOTrainer.training_step`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+
+from comlrl.scoring import completion_logprobs
+from comlrl.seeding import derive_seed
+from comlrl.trainers.preference.base import PreferenceTrainerBase
+from comlrl.trainers.preference.config import MADPOConfig
+from comlrl.trainers.preference.losses import (
+    madpo_agent_losses,
+    pair_margins,
+    preference_accuracy,
+    sequence_logprob_sums,
+)
+from comlrl.trainers.preference.records import PreferencePair, ensure_token_ids
+
+__all__ = ["MADPOTrainer", "shuffled_batches"]
+
+
+def shuffled_batches(num_pairs: int, batch_size: int, seed: int) -> list[np.ndarray]:
+    """Pair indices of one epoch: a permutation from ``seed`` cut into consecutive batches."""
+    order = np.random.Generator(np.random.PCG64(seed)).permutation(num_pairs)
+    return [order[start : start + batch_size] for start in range(0, num_pairs, batch_size)]
+
+
+class MADPOTrainer(PreferenceTrainerBase):
+    """Trains a team of agents directly on preferences between their joint responses (reference-free).
+
+    Takes the public CoMLRL constructor keywords (see :class:`PreferenceTrainerBase`) and a
+    :class:`~comlrl.trainers.preference.MADPOConfig`.
+
+    >>> trainer = MADPOTrainer(agent_model="test-tiny", num_agents=2, reward_func=reward,
+    ...                        train_dataset=items, args=MADPOConfig(num_train_epochs=2))
+    >>> trainer.train()
+    """
+
+    config_class = MADPOConfig
+
+    # ------------------------------------------------------------------------------------ the epochs
+    def learn_from_pairs(
+        self,
+        pairs: list[PreferencePair],
+        *,
+        round_index: int,
+        start_epoch: int = 0,
+        on_epoch_end: Callable[[int], None] | None = None,
+    ) -> None:
+        args = self.args
+        ensure_token_ids(pairs, self.tokenizers, append_eos=True)
+        for epoch in range(start_epoch, args.num_train_epochs):
+            batches = shuffled_batches(
+                len(pairs), args.train_batch_size, derive_seed(args.seed, "shuffle", round_index, epoch)
+            )
+            desc = f"MADPO epoch {epoch + 1}/{args.num_train_epochs}"
+            with self._progress(total=len(batches), desc=desc, unit="batch") as bar:
+                for indices in batches:
+                    self._maybe_evaluate()
+                    self.training_step(
+                        [pairs[i] for i in indices], where=f"round {round_index}, epoch {epoch}"
+                    )
+                    bar.update(1)
+            if on_epoch_end is not None:
+                on_epoch_end(epoch + 1)
+
+    # ------------------------------------------------------------------------------------ one update
+    def compute_margins(self, batch: Sequence[PreferencePair]) -> torch.Tensor:
+        """Every agent's margin on every pair, ``[num_agents, len(batch)]``, with gradients.
+
+        One padded forward per agent scores its winner and loser completions together.
+        """
+        margins = []
+        device = None
+        for a, agent in enumerate(self.agent_names):
+            handle = self.policy.handle(agent)
+            prompts = [pair.prompt_token_ids[a] for pair in batch]
+            completions = [pair.winner_token_ids[a] for pair in batch] + [
+                pair.loser_token_ids[a] for pair in batch
+            ]
+            with self.policy.activate(agent), self._scoring_mode(handle.model):
+                logprobs, mask = completion_logprobs(
+                    handle.model,
+                    prompts + prompts,
+                    completions,
+                    pad_token_id=_pad_id(handle.tokenizer),
+                    exclude_last_token=self.args.exclude_last_completion_token,
+                    requires_grad=True,
+                )
+            margin = pair_margins(sequence_logprob_sums(logprobs, mask), len(batch))
+            device = margin.device if device is None else device
+            margins.append(margin.to(device))
+        return torch.stack(margins)
+
+    def training_step(self, batch: Sequence[PreferencePair], where: str = "") -> dict[str, float] | None:
+        """One MADPO update of every agent on ``batch``; returns its metrics (None when skipped)."""
+        for optimizer in self.optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        margins = self.compute_margins(batch)
+        losses = madpo_agent_losses(margins, self.args.dpo_beta)
+        total = losses.sum()
+        if not bool(torch.isfinite(total)):
+            del total, losses, margins
+            self.record_nonfinite(f"update {self.updates_seen + 1} ({where})")
+            return None
+        with self._all_adapters_trainable():
+            total.backward()
+        for name, optimizer in self.optimizers_by_policy.items():
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            self.policy.bump_version(name)
+        self.nonfinite_in_a_row = 0
+        detached = margins.detach()
+        reward_mean = sum(p.candidate_reward_mean for p in batch) / len(batch)
+        metrics = {
+            "loss": float(losses[0].detach()),
+            "joint_margin": float(detached.sum(0).mean()),
+            "preference_accuracy": float(preference_accuracy(detached)),
+            "turn_1/reward_mean": reward_mean,
+            "turn_1/expected_return": reward_mean,
+        }
+        if self.num_agents > 1:
+            for a in range(self.num_agents):
+                metrics[f"agent_{a}/margin"] = float(detached[a].mean())
+        self.record_update(len(batch), metrics)
+        return metrics
+
+    @contextmanager
+    def _scoring_mode(self, model: torch.nn.Module) -> Iterator[None]:
+        """Eval mode while scoring when ``disable_dropout`` (deterministic margins), else train mode."""
+        was_training = model.training
+        model.train(not self.args.disable_dropout)
+        try:
+            yield
+        finally:
+            model.train(was_training)
+
+    @contextmanager
+    def _all_adapters_trainable(self) -> Iterator[None]:
+        """Let gradients reach every agent's LoRA adapter during backward.
+
+        peft's ``set_adapter`` leaves only the active adapter with ``requires_grad``, and autograd skips
+        accumulating into leaves whose flag is off at backward time, so the adapters scored earlier in the
+        batch are switched back on for the backward pass (and restored afterwards).
+        """
+        params = [p for name in self.policy.policies for p in self.policy.trainable_parameters(name)]
+        flags = [p.requires_grad for p in params]
+        for p in params:
+            p.requires_grad_(True)
+        try:
+            yield
+        finally:
+            for p, flag in zip(params, flags):
+                p.requires_grad_(flag)
+
+
+def _pad_id(tokenizer) -> int:
+    pad = tokenizer.pad_token_id
+    return int(pad if pad is not None else tokenizer.eos_token_id)
