@@ -11,9 +11,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from hypothesis import HealthCheck, settings  # noqa: E402
-
 import transformers  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 transformers.utils.logging.disable_progress_bar()
 
