@@ -6,6 +6,11 @@ prompts, candidates and number of new tokens (raw: ``min_new_tokens = max_new_to
 tokens they actually return), alternating the two, and reports the median tokens per second and the ratio
 ``raw / engine`` (target: <= 1.25). torch runs on one thread.
 
+``tree_rollout_vs_raw`` times a whole multi-agent tree rollout of ``pettingllms.execution`` (Plan-Path,
+tool + plan agents, one shared policy) against raw batched ``generate`` calls with the same batch shapes
+and token counts at each decision point; environment time is reported apart and left out of the ratio,
+and the row lists the generate calls made per decision point (one per policy).
+
     python benchmarks/rollout_engine.py                       # every case, test-tiny and small
     python benchmarks/rollout_engine.py --cases engine_vs_raw --presets small --repeats 7
 
@@ -134,9 +139,99 @@ def engine_vs_raw_top_p(args) -> list[dict]:
     return engine_vs_raw_rows(args, params, "engine_vs_raw_top_p")
 
 
+def raw_decision_point_seconds(model, tokenizer, prompts: list[list[int]], n: int, new_tokens: int) -> float:
+    """One raw batched ``model.generate`` over ``prompts`` x ``n`` rows, exactly ``new_tokens`` steps."""
+    ids, mask = left_pad(prompts, tokenizer.pad_token_id)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        model.generate(
+            input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+            max_new_tokens=new_tokens, min_new_tokens=new_tokens, num_return_sequences=n,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    return time.perf_counter() - start
+
+
+def raw_replay(model, tokenizer, batch, k: int) -> tuple[float, int, list[int]]:
+    """Raw generate time of a tree rollout's decision points: (seconds, tokens, rows per decision point)."""
+    seconds, tokens, shapes = 0.0, 0, []
+    for point in sorted({(s.turn, s.agent_index) for s in batch.samples}):
+        at = [s for s in batch.samples if (s.turn, s.agent_index) == point]
+        prompts = [s.prompt_ids for s in at if s.candidate == 0]
+        new_tokens = max(s.num_completion_tokens for s in at)
+        seconds += raw_decision_point_seconds(model, tokenizer, prompts, k, new_tokens)
+        tokens += len(prompts) * k * new_tokens
+        shapes.append(len(prompts) * k)
+    return seconds, tokens, shapes
+
+
+def tree_rollout_vs_raw(args) -> list[dict]:
+    """A multi-agent tree rollout (Plan-Path 6x6, tool + plan, L1 shared policy, 8 problems x K = 4, 2 turns)
+    against raw batched ``generate`` calls at the same decision points with the same batch shapes: per
+    decision point the same prompts, ``n = K``, and as many new tokens as the longest completion the engine
+    sampled there. Engine time excludes environment steps (reported as ``env_s``); the ratio is
+    ``(rollout wall - env_s) / raw``."""
+    from comlrl.models import build_preset, load_model, load_tokenizer
+    from comlrl.rollout import HFBackend as Backend
+    from pettingllms.execution import EngineConfig, RolloutEngine, Router
+
+    problems, k = list(range(8)), 4
+    env_config = {"rows": 6, "cols": 6, "turn_order": ["tool", "plan"], "max_turns": 2}
+    rows = []
+    for preset in args.presets:
+        path = build_preset(preset, seed=0)
+        model, tokenizer = load_model(path).eval(), load_tokenizer(path)
+        backend = Backend.from_model(model, tokenizer, name="shared")
+        router = Router({"tool": "shared", "plan": "shared"}, backend)
+        config = EngineConfig(num_generations=k, max_completion_length=args.max_new_tokens, seed=0)
+        engine = RolloutEngine.from_registry("plan_path", env_config, router, config)
+
+        raw_replay(model, tokenizer, engine.rollout(problems, step=0), k)  # warm-up both sides
+        runs = []
+        for repeat in range(args.repeats):
+            batch = engine.rollout(problems, step=repeat + 1)
+            raw_s, tokens, shapes = raw_replay(model, tokenizer, batch, k)
+            timings = batch.timings
+            runs.append({
+                "wall_s": timings["total_s"], "env_s": timings["env_s"], "generate_s": timings["generate_s"],
+                "raw_s": raw_s, "tokens": tokens, "rows_per_decision_point": shapes,
+                "calls_per_decision_point": [
+                    sum(p["calls"].values()) for p in batch.calls_per_decision_point
+                ],
+                "ratio": (timings["total_s"] - timings["env_s"]) / raw_s,
+            })
+        best = sorted(runs, key=lambda r: r["ratio"])[len(runs) // 2]  # the median run by ratio
+        engine_s = best["wall_s"] - best["env_s"]
+        rows.append({
+            "case": "tree_rollout_vs_raw",
+            "preset": preset,
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "problems": len(problems),
+            "num_generations": k,
+            "decision_points": len(best["rows_per_decision_point"]),
+            "rows": max(best["rows_per_decision_point"]),
+            "rows_per_decision_point": best["rows_per_decision_point"],
+            "generate_calls_per_decision_point": best["calls_per_decision_point"],
+            "max_new_tokens": args.max_new_tokens,
+            "tokens": best["tokens"],
+            "rollout_wall_s": round(best["wall_s"], 4),
+            "env_s": round(best["env_s"], 4),
+            "engine_generate_s": round(best["generate_s"], 4),
+            "engine_other_s": round(best["wall_s"] - best["env_s"] - best["generate_s"], 4),
+            "raw_generate_s": round(best["raw_s"], 4),
+            "engine_tokens_per_s": round(best["tokens"] / engine_s, 1),
+            "raw_tokens_per_s": round(best["tokens"] / best["raw_s"], 1),
+            "ratio_raw_over_engine": round(best["ratio"], 3),
+            "within_target": best["ratio"] <= TARGET_RATIO,
+            "ratio_runs": [round(r["ratio"], 3) for r in runs],
+        })
+    return rows
+
+
 CASES: dict[str, Callable[[argparse.Namespace], list[dict]]] = {
     "engine_vs_raw": engine_vs_raw,
     "engine_vs_raw_top_p": engine_vs_raw_top_p,
+    "tree_rollout_vs_raw": tree_rollout_vs_raw,
 }
 
 COLUMNS = ("case", "preset", "rows", "engine_tokens_per_s", "raw_tokens_per_s", "ratio_raw_over_engine")

@@ -1,0 +1,124 @@
+"""Episode transcripts: ``rollouts.jsonl`` under the run's output folder, one line per sampled turn.
+
+Which episodes are written is a seeded draw per (step, problem) (:func:`episode_sampled`), so a rerun
+writes the same transcripts. A written episode includes every candidate of every decision point (tree
+mode marks the branch that continued with ``selected``). Each rollout appends its lines in one write;
+on resume, :meth:`TranscriptWriter.truncate_after` drops lines of steps that will be rolled out again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from comlrl.atomic_io import atomic_write_text
+from comlrl.seeding import derive_seed
+from pettingllms.execution.samples import Sample
+
+__all__ = ["TRANSCRIPT_FILE", "TranscriptWriter", "episode_sampled", "transcript_record"]
+
+TRANSCRIPT_FILE = "rollouts.jsonl"
+
+
+def episode_sampled(seed: int, step: int, problem_id: int, rate: float) -> bool:
+    """Whether the episode of ``problem_id`` at ``step`` is written (probability ``rate``)."""
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f"`transcript_rate` must be in [0, 1], got {rate}")
+    if rate == 0.0:
+        return False
+    return random.Random(derive_seed(seed, "transcripts", step, problem_id)).random() < rate
+
+
+def _json_safe(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    return repr(value)
+
+
+def transcript_record(sample: Sample, step: int) -> dict[str, Any]:
+    """The JSON record of one sample: prompt, response, parsed action or parse error, tool output, rewards."""
+    return {
+        "step": step,
+        "mode": sample.mode,
+        "problem_id": sample.problem_id,
+        "turn": sample.turn,
+        "agent_index": sample.agent_index,
+        "role": sample.role,
+        "candidate": sample.candidate,
+        "selected": sample.selected,
+        "policy": sample.policy,
+        "policy_version": sample.policy_version,
+        "prompt": _json_safe(sample.prompt),
+        "response": sample.response,
+        "action": _json_safe(sample.action),
+        "parse_error": sample.parse_error,
+        "failure": sample.failure,
+        "feedback": sample.feedback,
+        "local_reward": sample.local_reward,
+        "global_reward": sample.global_reward,
+        "alpha": sample.alpha,
+        "reward": sample.reward,
+        "group_reward": sample.group_reward,
+        "done": sample.done,
+        "success": sample.success,
+        "completion_tokens": sample.num_completion_tokens,
+    }
+
+
+class TranscriptWriter:
+    """Appends sampled episodes' records to ``output_dir/rollouts.jsonl``.
+
+    ``rate`` is the probability that an episode is written; ``seed`` drives the draw.
+    """
+
+    def __init__(self, output_dir: str | os.PathLike, rate: float, seed: int = 0) -> None:
+        episode_sampled(seed, 0, 0, rate)  # validates `rate`
+        self.output_dir = Path(output_dir)
+        self.path = self.output_dir / TRANSCRIPT_FILE
+        self.rate = float(rate)
+        self.seed = int(seed)
+
+    def select(self, samples: Iterable[Sample], step: int) -> list[dict[str, Any]]:
+        """Records of the sampled episodes' samples, in decision order."""
+        chosen: dict[int, bool] = {}
+        records = []
+        ordered = sorted(samples, key=lambda s: (s.problem_id, s.turn, s.agent_index, s.candidate))
+        for sample in ordered:
+            if sample.problem_id not in chosen:
+                chosen[sample.problem_id] = episode_sampled(self.seed, step, sample.problem_id, self.rate)
+            if chosen[sample.problem_id]:
+                records.append(transcript_record(sample, step))
+        return records
+
+    def write(self, records: list[dict[str, Any]]) -> None:
+        """Append ``records`` in one write (nothing when empty)."""
+        if not records:
+            return
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def read(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [
+            json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()
+        ]
+
+    def truncate_after(self, step: int) -> None:
+        """Drop records of steps after ``step`` (atomically), for an exact resume."""
+        if not self.path.exists():
+            return
+        kept = [r for r in self.read() if r["step"] <= step]
+        atomic_write_text(self.path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept))
