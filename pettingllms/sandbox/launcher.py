@@ -1,0 +1,399 @@
+"""Stand-alone launcher that the pool runs as ``python -I -S launcher.py SPEC_JSON`` for every program.
+
+It uses the standard library only (it runs with ``-S``, before any site-packages) and is never imported
+by the package: the trainer process never forks with a ``preexec_fn`` (unsafe next to torch's
+threads), this fresh process does the privileged set-up instead. Three processes take part:
+
+1. the **launcher** (session leader, started by the pool): enters new namespaces with ``unshare`` and
+   forks;
+2. the **init** (pid 1 of the new pid namespace, still privileged, runs no model code): makes the
+   mounts, forks the program, reaps every process that ends up as its child and reports how the
+   program ended on the status pipe. When it exits, the kernel kills whatever is left in the
+   namespace, including a daemon that left the process group with ``setsid()``;
+3. the **program**: applies the rlimits, drops to the sandbox uid/gid, sets ``no_new_privs`` and
+   ``exec``\\ s the interpreter on the code file.
+
+The status pipe carries JSON lines: ``{"kind": "exit", "code": n, "cpu": s}``,
+``{"kind": "signal", "signal": n, "cpu": s}`` or ``{"kind": "setup_error", "stage": ..., "message":
+...}``, plus ``{"kind": "warning", ...}`` lines for set-up steps that failed without defeating the run.
+"""
+
+import ctypes
+import ctypes.util
+import json
+import os
+import resource
+import signal
+import sys
+import time
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_NOATIME = 1024
+MS_NODIRATIME = 2048
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+MS_RELATIME = 1 << 21
+MS_STRICTATIME = 1 << 24
+
+PR_SET_PDEATHSIG = 1
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_CHILD_SUBREAPER = 36
+
+SIOCGIFFLAGS = 0x8913
+SIOCSIFFLAGS = 0x8914
+IFF_UP = 0x1
+
+RLIMITS = {
+    "CPU": resource.RLIMIT_CPU,
+    "AS": resource.RLIMIT_AS,
+    "FSIZE": resource.RLIMIT_FSIZE,
+    "NPROC": resource.RLIMIT_NPROC,
+    "NOFILE": resource.RLIMIT_NOFILE,
+    "CORE": resource.RLIMIT_CORE,
+}
+
+# Per-mount flags that a bind remount must repeat (the kernel refuses to clear locked ones).
+MOUNT_OPTION_FLAGS = {
+    "nosuid": MS_NOSUID,
+    "nodev": MS_NODEV,
+    "noexec": MS_NOEXEC,
+    "noatime": MS_NOATIME,
+    "nodiratime": MS_NODIRATIME,
+    "relatime": MS_RELATIME,
+    "strictatime": MS_STRICTATIME,
+}
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+class SetupError(Exception):
+    def __init__(self, stage, message):
+        super().__init__(f"{stage}: {message}")
+        self.stage = stage
+        self.message = message
+
+
+def _check(ret, stage, what):
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise SetupError(stage, f"{what} failed: [Errno {err}] {os.strerror(err)}")
+
+
+def _prctl(option, value):
+    return _libc.prctl(ctypes.c_int(option), ctypes.c_ulong(value), ctypes.c_ulong(0),
+                       ctypes.c_ulong(0), ctypes.c_ulong(0))
+
+
+def _mount(source, target, fstype, flags, data, stage="mount"):
+    def enc(s):
+        return None if s is None else s.encode()
+
+    ret = _libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data))
+    _check(ret, stage, f"mount({source!r}, {target!r}, {fstype!r}, {flags:#x})")
+
+
+def _report(fd, record):
+    data = (json.dumps(record) + "\n").encode()
+    try:
+        os.write(fd, data)
+    except OSError:
+        pass
+
+
+def _unescape_mountinfo(path):
+    # mountinfo escapes space, tab, newline and backslash as \ooo octal.
+    out, i = [], 0
+    while i < len(path):
+        if path[i] == "\\" and i + 3 < len(path) and path[i + 1:i + 4].isdigit():
+            out.append(chr(int(path[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(path[i])
+            i += 1
+    return "".join(out)
+
+
+def _remount_read_only(status_fd, skip_prefixes):
+    """Bind-remount every visible mount read-only, except pseudo file systems and the scratch."""
+    with open("/proc/self/mountinfo") as f:
+        lines = f.read().splitlines()
+    for line in lines:
+        fields = line.split()
+        target = _unescape_mountinfo(fields[4])
+        options = fields[5].split(",")
+        if any(target == p or target.startswith(p.rstrip("/") + "/") for p in skip_prefixes):
+            continue
+        if "ro" in options:
+            continue
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY
+        for opt in options:
+            flags |= MOUNT_OPTION_FLAGS.get(opt, 0)
+        try:
+            _mount(None, target, None, flags, None, stage="readonly")
+        except SetupError as exc:
+            _report(status_fd, {"kind": "warning", "stage": "readonly", "message": exc.message})
+
+
+def _setup_mounts(spec, status_fd):
+    """Private mounts: read-only host, one size-capped tmpfs for /tmp, /var/tmp, /dev/shm and the
+    working directory, and a /proc that shows only this pid namespace."""
+    workdir = spec["workdir"]
+    code_name = spec["code_file"]
+    with open(os.path.join(workdir, code_name), "rb") as f:
+        code = f.read()
+    _mount(None, "/", None, MS_REC | MS_PRIVATE, None, stage="mount")
+    if spec["readonly_root"]:
+        _remount_read_only(status_fd, ["/proc", "/sys", "/dev"])
+    flags = MS_NOSUID | MS_NODEV
+    _mount("tmpfs", "/tmp", "tmpfs", flags, f"size={int(spec['scratch_mb'])}m,mode=1777")
+    for target, name in (("/var/tmp", ".var-tmp"), ("/dev/shm", ".dev-shm")):
+        if os.path.isdir(target):
+            scratch = os.path.join("/tmp", name)
+            os.mkdir(scratch)
+            os.chmod(scratch, 0o1777)
+            _mount(scratch, target, None, MS_BIND, None)
+    if workdir == "/tmp" or workdir.startswith("/tmp/"):
+        os.makedirs(workdir, mode=0o755, exist_ok=True)
+    else:
+        scratch = "/tmp/.work"
+        os.mkdir(scratch)
+        _mount(scratch, workdir, None, MS_BIND, None)
+    os.chmod(workdir, 0o700)
+    path = os.path.join(workdir, code_name)
+    with open(path, "wb") as f:
+        f.write(code)
+    if spec["uid"] is not None:
+        os.chown(workdir, spec["uid"], spec["gid"])
+        os.chown(path, spec["uid"], spec["gid"])
+    if spec["namespaces"]["pid"]:
+        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+
+
+def _loopback_up(status_fd):
+    # A fresh network namespace has only "lo", and it is down; bring it up so that programs can use
+    # local sockets among themselves. Nothing outside the namespace is reachable through it.
+    import fcntl
+    import socket
+    import struct
+
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            req = struct.pack("16sh", b"lo", 0)
+            flags = struct.unpack("16sh", fcntl.ioctl(s.fileno(), SIOCGIFFLAGS, req))[1]
+            fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sh", b"lo", flags | IFF_UP))
+    except OSError as exc:
+        _report(status_fd, {"kind": "warning", "stage": "loopback", "message": str(exc)})
+
+
+def _exec_program(spec, error_fd):
+    """In the program's process: limits, privileges, exec. Never returns."""
+    try:
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_DFL)
+        if spec["namespaces"]["pid"]:
+            # Its own session: a program that kills its process group cannot reach the launcher (same
+            # uid when unprivileged). Without a pid namespace it stays in the launcher's group, which
+            # the pool kills as a whole.
+            os.setsid()
+        os.chdir(spec["workdir"])
+        os.umask(0o077)
+        for name, (soft, hard) in spec["rlimits"].items():
+            resource.setrlimit(RLIMITS[name], (soft, hard))
+        if spec["uid"] is not None:
+            os.setgroups([])
+            os.setgid(spec["gid"])
+            os.setuid(spec["uid"])
+            if os.getuid() != spec["uid"] or os.geteuid() != spec["uid"]:
+                raise SetupError("privileges", "setuid did not take effect")
+        _check(_prctl(PR_SET_NO_NEW_PRIVS, 1), "privileges", "prctl(PR_SET_NO_NEW_PRIVS)")
+        argv = spec["argv"]
+        try:
+            os.execve(argv[0], argv, spec["env"])
+        except OSError as exc:
+            raise SetupError("exec", f"cannot execute {argv[0]!r}: {exc}") from None
+    except SetupError as exc:
+        os.write(error_fd, json.dumps({"stage": exc.stage, "message": exc.message}).encode())
+    except BaseException as exc:  # any other failure before exec is a set-up failure
+        os.write(error_fd, json.dumps({"stage": "program", "message": repr(exc)}).encode())
+    os._exit(127)
+
+
+def _sweep_uid(uid, status_fd, timeout=5.0):
+    """Without a pid namespace: kill every process of the (dedicated) sandbox uid and reap those that
+    were re-parented to us (we are their subreaper), so that no zombie keeps counting against
+    RLIMIT_NPROC."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = False
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/status") as f:
+                    fields = dict(line.split(":", 1) for line in f if ":" in line)
+            except OSError:
+                continue
+            if int(fields.get("Uid", "-1").split()[0]) != uid:
+                continue
+            found = True
+            if fields.get("State", "").split()[:1] != ["Z"]:
+                try:
+                    os.kill(int(name), signal.SIGKILL)
+                except OSError:
+                    pass
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+        if not found:
+            return
+        if time.monotonic() > deadline:
+            _report(status_fd, {"kind": "warning", "stage": "sweep",
+                                "message": f"processes of uid {uid} outlive the run"})
+            return
+        time.sleep(0.005)
+
+
+def _run_init(spec, status_fd, lifeline_fd):
+    """pid 1 of the namespace (or a subreaper without one): mounts, fork the program, reap, report."""
+    import select
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    # The launcher holds the pipe's write end: end of file means it died before the death signal was
+    # armed (getppid() cannot tell, it reads 0 across a pid namespace).
+    if select.select([lifeline_fd], [], [], 0)[0]:
+        os._exit(70)
+    os.close(lifeline_fd)
+    ns = spec["namespaces"]
+    if not ns["pid"]:
+        _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    if ns["mount"]:
+        _setup_mounts(spec, status_fd)
+    if ns["net"]:
+        _loopback_up(status_fd)
+    err_r, err_w = os.pipe()  # close-on-exec: empty on a successful exec
+    child = os.fork()
+    if child == 0:
+        os.close(err_r)
+        os.close(status_fd)
+        _exec_program(spec, err_w)
+    os.close(err_w)
+    chunks = []
+    while True:
+        chunk = os.read(err_r, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(err_r)
+    failure = json.loads(b"".join(chunks)) if chunks else None
+    while True:  # reap orphans re-parented to us until the program itself is reaped
+        try:
+            pid, wstatus, usage = os.wait4(-1, 0)
+        except ChildProcessError:
+            raise SetupError("init", "lost track of the program process") from None
+        except InterruptedError:
+            continue
+        if pid == child:
+            break
+    cpu = usage.ru_utime + usage.ru_stime
+    if not ns["pid"] and spec.get("sweep_uid") is not None:
+        _sweep_uid(spec["sweep_uid"], status_fd)
+    if failure is not None:
+        raise SetupError(failure["stage"], failure["message"])
+    if os.WIFSIGNALED(wstatus):
+        _report(status_fd, {"kind": "signal", "signal": os.WTERMSIG(wstatus), "cpu": cpu})
+    else:
+        _report(status_fd, {"kind": "exit", "code": os.WEXITSTATUS(wstatus), "cpu": cpu})
+
+
+def _enter_namespaces(spec):
+    ns = spec["namespaces"]
+    flags = 0
+    for key, bit in (("user", CLONE_NEWUSER), ("net", CLONE_NEWNET), ("pid", CLONE_NEWPID),
+                     ("mount", CLONE_NEWNS), ("ipc", CLONE_NEWIPC), ("uts", CLONE_NEWUTS)):
+        if ns[key]:
+            flags |= bit
+    if not flags:
+        return
+    uid, gid = os.getuid(), os.getgid()
+    _check(_libc.unshare(ctypes.c_int(flags)), "unshare", f"unshare({flags:#x})")
+    if ns["user"]:
+        # Map our own ids to themselves: the program keeps the trainer's (unprivileged) uid, and the
+        # rlimits keep binding it, while init gains the capabilities it needs inside the namespaces.
+        try:
+            with open("/proc/self/setgroups", "w") as f:
+                f.write("deny")
+            with open("/proc/self/uid_map", "w") as f:
+                f.write(f"{uid} {uid} 1")
+            with open("/proc/self/gid_map", "w") as f:
+                f.write(f"{gid} {gid} 1")
+        except OSError as exc:
+            raise SetupError("unshare", f"writing the user-namespace id maps failed: {exc}") from None
+
+
+def main():
+    spec = json.loads(sys.argv[1])
+    status_fd = spec["status_fd"]
+    os.set_inheritable(status_fd, False)
+    init = None
+
+    def stop(signum, frame):
+        # The pool's early stop: kill init (its exit kills the whole pid namespace) and keep waiting
+        # for it below, so that this process exits only after every process of the run is gone.
+        if init is None:
+            os._exit(70)
+        try:
+            os.kill(init, signal.SIGKILL)
+        except OSError:
+            pass
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        _enter_namespaces(spec)
+        lifeline_r, lifeline_w = os.pipe()
+        init = os.fork()
+        if init == 0:
+            os.close(lifeline_w)
+            code = 0
+            try:
+                _run_init(spec, status_fd, lifeline_r)
+            except SetupError as exc:
+                _report(status_fd, {"kind": "setup_error", "stage": exc.stage, "message": exc.message})
+                code = 70
+            except BaseException as exc:
+                _report(status_fd, {"kind": "setup_error", "stage": "init", "message": repr(exc)})
+                code = 70
+            os._exit(code)
+        while True:
+            try:
+                _, wstatus = os.waitpid(init, 0)
+                break
+            except InterruptedError:
+                continue
+        os._exit(os.waitstatus_to_exitcode(wstatus) & 0xFF)
+    except SetupError as exc:
+        _report(status_fd, {"kind": "setup_error", "stage": exc.stage, "message": exc.message})
+    except BaseException as exc:
+        _report(status_fd, {"kind": "setup_error", "stage": "launcher", "message": repr(exc)})
+    os._exit(70)
+
+
+if __name__ == "__main__":
+    main()
