@@ -1,0 +1,119 @@
+"""One timed MADPO run with the public CoMLRL 1.4.3 (started by ``vs_comlrl.py`` with the interpreter of
+its own virtual environment, in a fresh process and a scratch working directory).
+
+Set up as the reference notes ran it on CPU: ``wandb_config=None`` (and ``WANDB_MODE=disabled`` in the
+environment), ``agent_devices="cpu"``, ``trainer.verbose=False``, one torch thread. Prints one JSON line
+with the same fields as ``_vs_comlrl_ours.py``; the engine time is ``_generate_completions`` (prompt
+tokenization, ``model.generate``, decoding), the library's per-item, per-agent generation step.
+"""
+
+from __future__ import annotations
+
+import time
+
+PROCESS_START = time.perf_counter()  # before the heavy imports: "ready_s" covers imports + constructor
+
+import importlib.metadata  # noqa: E402
+
+import torch  # noqa: E402
+from _vs_comlrl_common import (  # noqa: E402
+    GenerateMeter,
+    Timer,
+    emit,
+    helper_prompt,
+    job_items,
+    joint_reward,
+    parse_runner_args,
+    seed_globals,
+    timed_train,
+    writer_prompt,
+)
+
+import comlrl  # noqa: E402
+from comlrl.trainers.preference import MADPOConfig, MADPOTrainer  # noqa: E402
+
+EXPECTED_VERSION = "1.4.3"
+
+
+def main() -> None:
+    args = parse_runner_args()
+    job = args.job
+    version = importlib.metadata.version("comlrl")
+    if version != EXPECTED_VERSION:
+        raise SystemExit(
+            f"expected the public comlrl {EXPECTED_VERSION}, imported {version} from {comlrl.__file__}"
+        )
+    torch.set_num_threads(1)
+    seed_globals(job["seed"])
+    config = MADPOConfig(
+        num_agents=2,
+        num_turns=1,
+        joint_mode="aligned",
+        agent_devices="cpu",
+        parallel_training="none",
+        num_train_epochs=job["epochs"],
+        agent_learning_rate=job["lr"],
+        dpo_beta=job["beta"],
+        max_new_tokens=job["max_new_tokens"],
+        temperature=job["temperature"],
+        top_p=job["top_p"],
+        top_k=job["top_k"],
+        preference_num_candidates=job["candidates"],
+        preference_pairs_per_sample=job["pairs_per_item"],
+        pair_selection="reward_gap",
+        train_batch_size=job["train_batch_size"],
+        eval_interval=0,
+    )
+    start = time.perf_counter()
+    trainer = MADPOTrainer(
+        agent_model=args.model,
+        num_agents=2,
+        model_config={"torch_dtype": "float32", "attn_implementation": "sdpa"},
+        train_dataset=job_items(job["items"]),
+        reward_func=joint_reward,
+        formatters=[writer_prompt, helper_prompt],
+        wandb_config=None,
+        args=config,
+    )
+    trainer.verbose = False
+    setup_s = time.perf_counter() - start
+
+    tokenizer = trainer.tokenizers[0]
+    eos = tokenizer.eos_token_id
+    meter = GenerateMeter(tokenizer.pad_token_id, eos if isinstance(eos, list) else [eos])
+    for model in trainer.agents:
+        meter.wrap(model)
+    engine = Timer(trainer, "_generate_completions")
+    collect = Timer(trainer, "_build_preference_dataset")
+    learn = Timer(trainer, "_train_preference_pairs")
+    steps = Timer(trainer, "_update_from_preference_batch")
+    ready_s = time.perf_counter() - PROCESS_START
+
+    train_s, profile = timed_train(trainer.train, args.profile)
+    pairs = len(collect.last or [])
+    emit(
+        {
+            "side": "theirs",
+            "library": f"comlrl {version} (public)",
+            "comlrl_file": comlrl.__file__,
+            "setup_s": setup_s,
+            "ready_s": ready_s,
+            "lazy_import_s": 0.0,
+            "train_s": train_s,
+            **meter.as_dict(),
+            "engine_s": engine.seconds,
+            "engine_calls": engine.calls,
+            "collect_s": collect.seconds,
+            "learn_s": learn.seconds,
+            "update_s": steps.seconds,
+            "pairs_built": pairs,
+            "pairs_trained": pairs * job["epochs"],
+            "updates": int(steps.calls),
+            "env_step": int(trainer.env_step),
+            "profile": profile,
+        }
+    )
+
+
+if __name__ == "__main__":
+    main()
