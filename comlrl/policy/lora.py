@@ -17,10 +17,14 @@ import torch
 from torch import nn
 
 
-def make_lora_model(base_model: nn.Module, adapter_names: Sequence[str], lora_config) -> nn.Module:
+def make_lora_model(
+    base_model: nn.Module, adapter_names: Sequence[str], lora_config, seed: int = 0
+) -> nn.Module:
     """Wrap ``base_model`` (modified in place) in a ``PeftModel`` with one adapter per name.
 
     All adapters start from ``lora_config`` (peft initialises each one independently, B = 0 by default).
+    peft draws the initial adapter weights from torch's global stream; they are drawn here from ``seed``
+    in a forked stream, so the same seed builds the same adapters and the caller's stream is untouched.
     The base weights are frozen; the first adapter is active.
     """
     from peft import get_peft_model
@@ -38,9 +42,11 @@ def make_lora_model(base_model: nn.Module, adapter_names: Sequence[str], lora_co
             raise ValueError(
                 f"adapter name {name!r} is part of peft's key prefix {prefix!r}; use a longer name"
             )
-    peft_model = get_peft_model(base_model, lora_config, adapter_name=names[0])
-    for name in names[1:]:
-        peft_model.add_adapter(name, lora_config)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        peft_model = get_peft_model(base_model, lora_config, adapter_name=names[0])
+        for name in names[1:]:
+            peft_model.add_adapter(name, lora_config)
     peft_model.set_adapter(names[0])
     return peft_model
 

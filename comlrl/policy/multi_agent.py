@@ -47,6 +47,7 @@ from comlrl.policy.lora import (
     save_base,
 )
 from comlrl.rollout.hf import PolicyHandle  # the backend's handle type: one definition for both layers
+from comlrl.seeding import derive_seed
 
 LAYOUT_FILE = "policy_layout.json"
 LORA_GROUP = "lora"
@@ -269,7 +270,7 @@ class MultiAgentPolicy:
             if _is_peft(base):
                 raise ValueError("`base_model` must be a plain model; it is already a peft model")
             tok = _tokenizer_for(tokenizer, LORA_GROUP, base, source, seed)
-            peft_model = make_lora_model(base, policy_names, lora_config)
+            peft_model = make_lora_model(base, policy_names, lora_config, seed=derive_seed(seed, "lora"))
             groups.append(_Group(LORA_GROUP, "lora", peft_model, tok, policy_names))
             for name in policy_names:
                 handles[name] = PolicyHandle(name, peft_model, tok, adapter=name)

@@ -1,0 +1,352 @@
+"""Configuration of the AT-GRPO trainer (:class:`pettingllms.trainer.at_grpo.ATGRPOTrainer`).
+
+A standalone dataclass in TRL's style (every field documented through ``metadata={"help": ...}``, so
+:class:`transformers.HfArgumentParser` turns it into a command line), not a ``TrainingArguments`` subclass:
+the trainer holds one optimizer per policy, which ``transformers.Trainer`` does not. Fields take TRL's
+``GRPOConfig`` / ``TrainingArguments`` names wherever the meaning is the same.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from numbers import Integral, Real
+from typing import Any
+
+from comlrl.reporting import normalize_report_to
+from comlrl.rl import LOSS_TYPES, SCALE_REWARDS
+from pettingllms.execution import POLICY_LEVELS, SAMPLING_MODES, TRAJECTORY_RETURNS
+
+__all__ = ["LR_SCHEDULER_TYPES", "ATGRPOConfig"]
+
+# transformers.get_scheduler names that need no extra arguments.
+LR_SCHEDULER_TYPES = (
+    "linear",
+    "cosine",
+    "cosine_with_restarts",
+    "polynomial",
+    "constant",
+    "constant_with_warmup",
+    "inverse_sqrt",
+)
+# Sampling fields that must agree with an engine handed to the trainer (they change what is scored).
+ENGINE_FIELDS = (
+    "num_generations",
+    "sampling_mode",
+    "greedy_selection",
+    "trajectory_return",
+    "temperature",
+    "top_p",
+    "top_k",
+    "max_completion_length",
+    "seed",
+)
+
+
+@dataclass
+class ATGRPOConfig:
+    r"""Configuration of :class:`~pettingllms.trainer.at_grpo.ATGRPOTrainer`.
+
+    AT-GRPO (agent- and turn-wise GRPO, Zhao et al. 2025, "Stronger Together: On-Policy Reinforcement
+    Learning for Collaborative LLMs") samples K candidates per (problem, turn, agent) from one state
+    (tree sampling), normalises each candidate's reward ``alpha * global + local`` within that group, and
+    updates every policy with PPO-clip on its own agents' samples.
+
+    > Parameters that control the policies
+
+    policy_level (`str`, defaults to `"L1"`):
+        `L0` single agent, `L1` one model shared by every role, `L2` one LoRA adapter per policy on a
+        frozen base, `L3` one model per policy.
+    agent_policies (`dict[str, str]` or `None`):
+        Role -> policy name; `None`: L1 maps every role to `"shared"`, other levels name each policy after
+        its role.
+    disable_dropout (`bool`, defaults to `True`):
+        Score training forwards with dropout off (TRL's default is `False`). The ratio against the
+        rollout's log-probs is then exactly 1 on-policy, so the clip statistics measure policy change.
+
+    > Parameters that control the workflow (`None`: the environment's own setting)
+
+    turn_order (`list[str]` or `None`):
+        Roles acting in each turn, in order (L0 replaces it with the environment's `single` role).
+    max_turns (`int` or `None`):
+        Turn budget of an episode.
+    alpha (`float` or `None`):
+        Weight of the global (team) reward in each agent's reward `alpha * global + local`.
+
+    > Parameters that control the data
+
+    problems_per_step (`int`, defaults to `4`):
+        Problem instances rolled out per training step.
+    train_seed_range (`list[int]`, defaults to `[0, 100000]`):
+        Half-open range `[start, stop)` of training instance seeds. Each epoch visits it in a seeded
+        order; keep it disjoint from the evaluation seeds.
+
+    > Parameters that control generation
+
+    num_generations (`int`, defaults to `4`):
+        K: tree width (candidates per decision) or, with independent sampling, trajectories per problem.
+    sampling_mode (`str`, defaults to `"tree"`):
+        `tree` (AT-GRPO) or `independent` (the GRPO baseline: K whole trajectories per problem, one group
+        per problem, one return per trajectory).
+    greedy_selection (`bool`, defaults to `True`):
+        Continue each tree from its best-rewarded candidate (seeded tie-break); `False`: a random one.
+    trajectory_return (`str`, defaults to `"final"`):
+        Independent sampling's return: `final` (task reward of the final state) or `sum` of step rewards.
+    temperature, top_p, top_k (defaults `1.0`, `1.0`, `0`):
+        Sampling; training scores completions at the same `temperature` (it must be > 0).
+    max_completion_length (`int`, defaults to `256`):
+        New tokens per agent response.
+    transcript_rate (`float`, defaults to `0.0`):
+        Fraction of episodes written to `output_dir/rollouts.jsonl`.
+
+    > Parameters that control training
+
+    learning_rate (`float`, defaults to `1e-6`), weight_decay (`0.0`), adam_beta1 / adam_beta2 /
+    adam_epsilon (`0.9` / `0.999` / `1e-8`):
+        AdamW, one optimizer per policy.
+    lr_scheduler_type (`str`, defaults to `"linear"`), warmup_ratio (`float`, defaults to `0.0`):
+        `transformers.get_scheduler` over `max_steps` training steps. The schedule advances once per
+        training step (one rollout), because the number of optimizer steps a rollout yields varies with
+        how long its episodes ran.
+    max_grad_norm (`float`, defaults to `1.0`):
+        Gradient clipping per policy (`0` disables clipping; the norm is still logged).
+    per_device_train_batch_size (`int`, defaults to `8`):
+        Rows (completions) per forward pass of a policy.
+    gradient_accumulation_steps (`int`, defaults to `1`):
+        Micro-batches per optimizer step.
+    num_iterations (`int`, defaults to `1`):
+        PPO epochs over each rollout batch (TRL's μ).
+    max_steps (`int`, defaults to `100`):
+        Training steps (rollouts).
+    beta (`float`, defaults to `0.0`):
+        Coefficient of the k3 KL to a frozen reference; `0` builds no reference model (as in the anchor
+        and Dr. GRPO). The reference is a frozen copy of each model at trainer creation; for LoRA
+        policies it is the base model with adapters disabled (TRL's convention).
+    epsilon (`float`, defaults to `0.2`), epsilon_high (`float` or `None`):
+        PPO clip range; `epsilon_high` is DAPO's separate upper bound (`None`: `epsilon`).
+    dual_clip (`float` or `None`):
+        Dual-clip constant c > 1 for negative advantages (Ye et al. 2020; the anchor's verl uses 3).
+    loss_type (`str`, defaults to `"dapo"`):
+        Token aggregation, TRL's names: `grpo`, `bnpo`, `dr_grpo`, `dapo` (`token`, `sequence_sum` too).
+    scale_rewards (`str`, defaults to `"group"`):
+        `group`: (r - mean) / std within each group (GRPO); `batch`: by the batch std; `none`: no
+        scaling, as Dr. GRPO recommends (Liu et al. 2025).
+
+    > Parameters that control logging and checkpoints
+
+    output_dir (`str`, defaults to `"runs/at_grpo"`), seed (`int`, defaults to `0`), report_to
+    (`str` or `list[str]`, defaults to `"none"`), logging_steps (`int`, defaults to `1`), save_steps
+    (`int`, defaults to `0`: no periodic checkpoints), save_total_limit (`int` or `None`),
+    resume_from_checkpoint (`str` or `None`: a checkpoint folder; `True` also works and means the latest
+    one in `output_dir`), disable_tqdm (`bool`, defaults to `False`: progress bar and per-step table).
+    """
+
+    # Policies
+    policy_level: str = field(default="L1", metadata={"help": "L0 | L1 | L2 | L3"})
+    agent_policies: dict[str, str] | str | None = field(
+        default=None, metadata={"help": "role -> policy name (a mapping, or its JSON on a command line)"}
+    )
+    disable_dropout: bool = field(default=True, metadata={"help": "score training forwards without dropout"})
+    # Workflow
+    turn_order: list[str] | None = field(default=None, metadata={"help": "roles per turn (None: env's)"})
+    max_turns: int | None = field(default=None, metadata={"help": "turn budget (None: env's)"})
+    alpha: float | None = field(default=None, metadata={"help": "global-reward weight (None: env's)"})
+    # Data
+    problems_per_step: int = field(default=4, metadata={"help": "problem instances per training step"})
+    train_seed_range: list[int] = field(
+        default_factory=lambda: [0, 100_000], metadata={"help": "[start, stop) of training instance seeds"}
+    )
+    # Generation
+    num_generations: int = field(default=4, metadata={"help": "K: tree width or trajectories per problem"})
+    sampling_mode: str = field(default="tree", metadata={"help": "tree (AT-GRPO) | independent (GRPO)"})
+    greedy_selection: bool = field(default=True, metadata={"help": "continue the best tree branch"})
+    trajectory_return: str = field(default="final", metadata={"help": "independent mode: final | sum"})
+    temperature: float = field(default=1.0, metadata={"help": "sampling and scoring temperature"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling mass"})
+    top_k: int = field(default=0, metadata={"help": "top-k truncation (0: off)"})
+    max_completion_length: int = field(default=256, metadata={"help": "new tokens per response"})
+    transcript_rate: float = field(default=0.0, metadata={"help": "fraction of episodes transcribed"})
+    # Training
+    learning_rate: float = field(default=1e-6, metadata={"help": "AdamW learning rate"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
+    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW beta1"})
+    adam_beta2: float = field(default=0.999, metadata={"help": "AdamW beta2"})
+    adam_epsilon: float = field(default=1e-8, metadata={"help": "AdamW epsilon"})
+    lr_scheduler_type: str = field(default="linear", metadata={"help": "transformers.get_scheduler name"})
+    warmup_ratio: float = field(default=0.0, metadata={"help": "fraction of max_steps spent warming up"})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping norm (0: off)"})
+    per_device_train_batch_size: int = field(default=8, metadata={"help": "rows per forward pass"})
+    gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
+    num_iterations: int = field(default=1, metadata={"help": "PPO epochs per rollout batch"})
+    max_steps: int = field(default=100, metadata={"help": "training steps (rollouts)"})
+    beta: float = field(default=0.0, metadata={"help": "KL coefficient to a frozen reference (0: none)"})
+    epsilon: float = field(default=0.2, metadata={"help": "PPO clip range"})
+    epsilon_high: float | None = field(default=None, metadata={"help": "upper clip range (None: epsilon)"})
+    dual_clip: float | None = field(default=None, metadata={"help": "dual-clip constant > 1 (None: off)"})
+    loss_type: str = field(default="dapo", metadata={"help": "grpo | bnpo | dr_grpo | dapo | ..."})
+    scale_rewards: str = field(default="group", metadata={"help": "group | batch | none (Dr. GRPO)"})
+    # Logging and checkpoints
+    output_dir: str = field(default="runs/at_grpo", metadata={"help": "everything the run writes"})
+    seed: int = field(default=0, metadata={"help": "drives every random stream"})
+    report_to: str | list[str] = field(default="none", metadata={"help": "none | tensorboard | wandb | all"})
+    logging_steps: int = field(default=1, metadata={"help": "log metrics every this many steps"})
+    save_steps: int = field(default=0, metadata={"help": "checkpoint every this many steps (0: never)"})
+    save_total_limit: int | None = field(default=None, metadata={"help": "checkpoints kept (None: all)"})
+    resume_from_checkpoint: str | None = field(
+        default=None, metadata={"help": "checkpoint folder, or True for the latest in output_dir"}
+    )
+    disable_tqdm: bool = field(default=False, metadata={"help": "no progress bar or per-step table"})
+
+    def __post_init__(self) -> None:
+        if isinstance(self.scale_rewards, bool):  # TRL accepts booleans
+            self.scale_rewards = "group" if self.scale_rewards else "none"
+        if isinstance(self.turn_order, str):
+            raise ValueError(f"`turn_order` must be a list of role names, got the string {self.turn_order!r}")
+        if self.turn_order is not None:
+            self.turn_order = list(self.turn_order)
+        if isinstance(self.train_seed_range, (list, tuple)):
+            self.train_seed_range = list(self.train_seed_range)
+        if isinstance(self.agent_policies, str):  # JSON from a command line
+            try:
+                self.agent_policies = json.loads(self.agent_policies)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"`agent_policies` is not valid JSON: {self.agent_policies!r} ({error})") from None
+        self._validate()
+
+    # ------------------------------------------------------------------------------------ validation
+    def _validate(self) -> None:
+        _choice("policy_level", self.policy_level, POLICY_LEVELS)
+        _choice("sampling_mode", self.sampling_mode, SAMPLING_MODES)
+        _choice("trajectory_return", self.trajectory_return, TRAJECTORY_RETURNS)
+        _choice("loss_type", self.loss_type, LOSS_TYPES)
+        _choice("scale_rewards", self.scale_rewards, SCALE_REWARDS)
+        _choice("lr_scheduler_type", self.lr_scheduler_type, LR_SCHEDULER_TYPES)
+        if self.agent_policies is not None:
+            if not isinstance(self.agent_policies, Mapping) or not self.agent_policies:
+                raise ValueError(
+                    f"`agent_policies` must be a non-empty mapping role -> policy, got {self.agent_policies!r}"
+                )
+            self.agent_policies = {str(k): str(v) for k, v in self.agent_policies.items()}
+        if self.turn_order is not None and (
+            not self.turn_order or not all(isinstance(r, str) and r for r in self.turn_order)
+        ):
+            raise ValueError(f"`turn_order` must be a non-empty list of role names, got {self.turn_order!r}")
+        for name in (
+            "problems_per_step",
+            "num_generations",
+            "max_completion_length",
+            "per_device_train_batch_size",
+            "gradient_accumulation_steps",
+            "num_iterations",
+            "max_steps",
+            "logging_steps",
+        ):
+            _int(name, getattr(self, name), minimum=1)
+        for name in ("top_k", "save_steps", "seed"):
+            _int(name, getattr(self, name), minimum=0)
+        if self.max_turns is not None:
+            _int("max_turns", self.max_turns, minimum=1)
+        if self.save_total_limit is not None:
+            _int("save_total_limit", self.save_total_limit, minimum=1)
+        seeds = self.train_seed_range
+        if not (
+            isinstance(seeds, list)
+            and len(seeds) == 2
+            and all(isinstance(s, Integral) and not isinstance(s, bool) for s in seeds)
+        ):
+            raise ValueError(f"`train_seed_range` must be two integers [start, stop), got {seeds!r}")
+        if seeds[0] < 0 or seeds[1] - seeds[0] < self.problems_per_step:
+            raise ValueError(
+                f"`train_seed_range` {seeds} must start at >= 0 and hold at least `problems_per_step` "
+                f"({self.problems_per_step}) seeds"
+            )
+        _number("temperature", self.temperature, low=0.0, low_open=True)
+        _number("top_p", self.top_p, low=0.0, high=1.0, low_open=True)
+        _number("transcript_rate", self.transcript_rate, low=0.0, high=1.0)
+        _number("learning_rate", self.learning_rate, low=0.0, low_open=True)
+        _number("weight_decay", self.weight_decay, low=0.0)
+        _number("adam_beta1", self.adam_beta1, low=0.0, high=1.0, high_open=True)
+        _number("adam_beta2", self.adam_beta2, low=0.0, high=1.0, high_open=True)
+        _number("adam_epsilon", self.adam_epsilon, low=0.0, low_open=True)
+        _number("warmup_ratio", self.warmup_ratio, low=0.0, high=1.0)
+        _number("max_grad_norm", self.max_grad_norm, low=0.0)
+        _number("beta", self.beta, low=0.0)
+        _number("epsilon", self.epsilon, low=0.0, low_open=True)
+        if self.epsilon_high is not None:
+            _number("epsilon_high", self.epsilon_high, low=0.0, low_open=True)
+        if self.dual_clip is not None:
+            _number("dual_clip", self.dual_clip, low=1.0, low_open=True)
+        if self.alpha is not None:
+            _number("alpha", self.alpha, low=0.0)
+        if not isinstance(self.output_dir, str) or not self.output_dir:
+            raise ValueError(f"`output_dir` must be a non-empty path, got {self.output_dir!r}")
+        try:
+            normalize_report_to(self.report_to)
+        except ValueError as error:
+            raise ValueError(f"`report_to`: {error}") from None
+        if not (self.resume_from_checkpoint is None or isinstance(self.resume_from_checkpoint, (str, bool))):
+            raise ValueError(
+                "`resume_from_checkpoint` must be a checkpoint path, True (latest) or None, "
+                f"got {self.resume_from_checkpoint!r}"
+            )
+
+    # ------------------------------------------------------------------------------------ derived
+    @property
+    def num_warmup_steps(self) -> int:
+        """Warm-up steps of the LR schedule: ``ceil(warmup_ratio * max_steps)``."""
+        return math.ceil(self.warmup_ratio * self.max_steps)
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        """The :class:`~pettingllms.execution.EngineConfig` fields this config sets."""
+        values = {name: getattr(self, name) for name in ENGINE_FIELDS}
+        values["transcript_rate"] = self.transcript_rate
+        values["output_dir"] = self.output_dir
+        return values
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any] | None = None, **overrides: Any) -> ATGRPOConfig:
+        """From a mapping (a YAML section); an unknown key is an error naming it."""
+        merged = {**dict(values or {}), **overrides}
+        known = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(merged) - set(known))
+        if unknown:
+            raise ValueError(f"unknown ATGRPOConfig field(s) {unknown}; known fields: {known}")
+        return cls(**merged)
+
+
+def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"`{name}` must be one of {list(choices)}, got {value!r}")
+
+
+def _int(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
+        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}")
+
+
+def _number(
+    name: str,
+    value: Any,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> None:
+    ok = isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value < high if high_open else value <= high
+    if not ok:
+        lo = "" if low is None else f"{'(' if low_open else '['}{low}"
+        hi = "" if high is None else f"{high}{')' if high_open else ']'}"
+        where = f"in {lo}, {hi}" if low is not None and high is not None else (
+            f"{'>' if low_open else '>='} {low}" if low is not None else f"{'<' if high_open else '<='} {high}"
+        )
+        raise ValueError(f"`{name}` must be a finite number {where}, got {value!r}")

@@ -1,0 +1,427 @@
+"""AT-GRPO's pure functions against hand computations: grouping, advantages, the loss, data order, metrics,
+and the config's validation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pettingllms.execution import GroupKey, Sample
+from pettingllms.trainer.at_grpo import (
+    accumulation_scale,
+    at_grpo_group_key,
+    at_grpo_loss,
+    draw_problem_ids,
+    member_table,
+    micro_batch_groups,
+    problem_order,
+    rollout_metrics,
+    sample_advantages,
+)
+from pettingllms.trainer.at_grpo_config import ATGRPOConfig
+
+EPS = 1e-4  # compute_advantages' default, added to the std
+
+
+def make_sample(
+    problem_id=0,
+    turn=0,
+    agent_index=0,
+    candidate=0,
+    group_reward=0.0,
+    *,
+    mode="tree",
+    role=None,
+    policy="shared",
+    local_reward=None,
+    global_reward=0.0,
+    alpha=1.0,
+    parse_error=None,
+    success=False,
+    length=3,
+    key=None,
+) -> Sample:
+    role = role or ("tool", "plan")[agent_index % 2]
+    local = group_reward - alpha * global_reward if local_reward is None else local_reward
+    if key is None:
+        key = GroupKey(problem_id, turn, agent_index) if mode == "tree" else GroupKey(problem_id, None, None)
+    return Sample(
+        problem_id=problem_id,
+        env_index=0,
+        turn=turn,
+        agent_index=agent_index,
+        role=role,
+        candidate=candidate,
+        policy=policy,
+        policy_version=0,
+        seed=0,
+        prompt="p",
+        response="r",
+        prompt_ids=[1, 2],
+        completion_ids=list(range(length)),
+        logprobs=[-1.0] * length,
+        finish_reason="stop",
+        action=None,
+        parse_error=parse_error,
+        failure=None,
+        feedback="",
+        local_reward=local,
+        global_reward=global_reward,
+        alpha=alpha,
+        reward=alpha * global_reward + local,
+        done=False,
+        success=success,
+        group_key=key,
+        mode=mode,
+        group_reward=group_reward,
+    )
+
+
+# ------------------------------------------------------------------------------------------- grouping
+
+
+def test_group_key_is_problem_turn_agent_in_tree_mode_and_problem_in_independent_mode():
+    tree = make_sample(problem_id=7, turn=2, agent_index=1, candidate=3)
+    assert at_grpo_group_key(tree) == GroupKey(7, 2, 1)
+    independent = make_sample(problem_id=7, turn=2, agent_index=1, candidate=3, mode="independent")
+    assert at_grpo_group_key(independent) == GroupKey(7, None, None)
+
+
+def test_group_key_does_not_merge_problems_as_the_anchor_does():
+    # The anchor keys tree groups by problem_index // K, merging K problems into one group. Problems 0 and
+    # 1 with K = 2 must stay two groups.
+    samples = [make_sample(problem_id=p, candidate=c, group_reward=float(p)) for p in (0, 1) for c in (0, 1)]
+    table = member_table(samples)
+    assert len(table.group_keys) == 2
+    # Both groups have equal rewards inside: merged, they would give non-zero advantages.
+    assert sample_advantages(samples).abs().max() == 0
+
+
+def test_member_table_rejects_a_sample_whose_group_key_disagrees_with_its_mode():
+    wrong = make_sample(problem_id=3, turn=1, agent_index=0, key=GroupKey(1, 1, 0))
+    with pytest.raises(ValueError, match=r"`group_key` \(1, 1, 0\), expected \(3, 1, 0\) for tree"):
+        member_table([wrong])
+
+
+# ------------------------------------------------------------------------------------------- advantages
+
+
+def tree_batch():
+    """Group (0,0,0): rewards 1, 0, 0.5; group (0,0,1): 2, 2, 2; group (1,0,0): -1, 1."""
+    rewards = {(0, 0): [1.0, 0.0, 0.5], (0, 1): [2.0, 2.0, 2.0], (1, 0): [-1.0, 1.0]}
+    return [
+        make_sample(problem_id=p, agent_index=a, candidate=c, group_reward=r)
+        for (p, a), values in rewards.items()
+        for c, r in enumerate(values)
+    ]
+
+
+def test_tree_advantages_scaled_by_group_std_match_hand_computation():
+    # Group 1: mean 0.5, unbiased std sqrt((0.25 + 0.25 + 0) / 2) = 0.5. Group 2: std 0 -> 0.
+    # Group 3: mean 0, std sqrt((1 + 1) / 1) = sqrt(2).
+    expected = [0.5 / (0.5 + EPS), -0.5 / (0.5 + EPS), 0.0, 0.0, 0.0, 0.0]
+    expected += [-1 / (math.sqrt(2) + EPS), 1 / (math.sqrt(2) + EPS)]
+    assert sample_advantages(tree_batch(), "group").tolist() == pytest.approx(expected, rel=1e-12)
+
+
+def test_tree_advantages_without_scaling_are_reward_minus_group_mean():
+    # Dr. GRPO: no division by the std.
+    expected = [0.5, -0.5, 0.0, 0.0, 0.0, 0.0, -1.0, 1.0]
+    assert sample_advantages(tree_batch(), "none").tolist() == pytest.approx(expected, abs=1e-12)
+    assert sample_advantages(tree_batch(), False).tolist() == pytest.approx(expected, abs=1e-12)
+
+
+def test_tree_advantages_scaled_by_batch_std_match_hand_computation():
+    centred = [0.5, -0.5, 0.0, 0.0, 0.0, 0.0, -1.0, 1.0]
+    std = math.sqrt(sum(x * x for x in centred) / (len(centred) - 1))
+    expected = [x / (std + EPS) for x in centred]
+    assert sample_advantages(tree_batch(), "batch").tolist() == pytest.approx(expected, rel=1e-12)
+
+
+def test_independent_trajectories_count_once_whatever_their_length():
+    # Problem 0: trajectory 0 ran 3 steps (return 1), trajectory 1 ran 1 step (return 0). The group mean is
+    # over the 2 trajectories, 0.5, not over the 4 samples (0.75).
+    samples = [
+        make_sample(problem_id=0, turn=t, agent_index=t % 2, candidate=0, group_reward=1.0, mode="independent")
+        for t in range(3)
+    ]
+    samples.append(make_sample(problem_id=0, candidate=1, group_reward=0.0, mode="independent"))
+    a = 0.5 / (math.sqrt(0.5) + EPS)
+    assert sample_advantages(samples).tolist() == pytest.approx([a, a, a, -a], rel=1e-12)
+    assert sample_advantages(samples, "none").tolist() == pytest.approx([0.5, 0.5, 0.5, -0.5])
+
+
+def test_a_trajectory_with_two_returns_is_an_error():
+    samples = [
+        make_sample(turn=0, candidate=0, group_reward=1.0, mode="independent"),
+        make_sample(turn=1, candidate=0, group_reward=0.5, mode="independent"),
+    ]
+    with pytest.raises(ValueError, match="two `group_reward` values"):
+        sample_advantages(samples)
+
+
+@given(
+    st.lists(
+        st.lists(st.floats(-10, 10, allow_nan=False), min_size=1, max_size=5),
+        min_size=1,
+        max_size=6,
+    ),
+    st.sampled_from(["group", "none"]),
+)
+def test_member_advantages_have_zero_mean_in_every_group(groups, scale):
+    samples = [
+        make_sample(problem_id=g, candidate=c, group_reward=r)
+        for g, rewards in enumerate(groups)
+        for c, r in enumerate(rewards)
+    ]
+    advantages = sample_advantages(samples, scale)
+    for g, rewards in enumerate(groups):
+        values = [float(a) for a, s in zip(advantages, samples) if s.problem_id == g]
+        assert sum(values) == pytest.approx(0.0, abs=1e-6 * max(1.0, max(abs(v) for v in values)))
+        if scale == "none":
+            mean = sum(rewards) / len(rewards)
+            assert values == pytest.approx([r - mean for r in rewards], abs=1e-9)
+
+
+# ------------------------------------------------------------------------------------------- the loss
+
+LOGPS = [[-1.0, -2.0, -0.5], [-0.3, -1.2, 0.0]]
+OLD = [[-1.0, -2.3, -0.2], [-0.6, -1.2, 0.0]]
+MASK = [[1, 1, 1], [1, 1, 0]]
+ADV = [1.0, -2.0]
+
+
+def hand_per_token(eps_low=0.2, eps_high=0.2):
+    """-min(ρA, clip(ρ, 1-ε, 1+ε_high)A) per real token, by plain arithmetic."""
+    out = []
+    for row in range(2):
+        values = []
+        for t in range(3):
+            if not MASK[row][t]:
+                continue
+            ratio = math.exp(LOGPS[row][t] - OLD[row][t])
+            clipped = min(max(ratio, 1 - eps_low), 1 + eps_high)
+            values.append(-min(ratio * ADV[row], clipped * ADV[row]))
+        out.append(values)
+    return out
+
+
+def run_loss(config, logps=None, **kwargs):
+    logps = torch.tensor(LOGPS, requires_grad=True) if logps is None else logps
+    loss, out = at_grpo_loss(
+        logps, torch.tensor(OLD), torch.tensor(ADV), torch.tensor(MASK), config=config, **kwargs
+    )
+    return logps, loss, out
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
+def test_loss_matches_hand_computation_for_each_loss_type(loss_type):
+    rows = hand_per_token()
+    # Token 1 of row 0 has ratio exp(0.3) = 1.35 > 1.2 with A > 0: clipped to 1.2. Row 1 token 0 has the
+    # same ratio but A < 0, where the unclipped term is the minimum.
+    assert rows[0][1] == pytest.approx(-1.2)
+    assert rows[1][0] == pytest.approx(2.0 * math.exp(0.3))
+    total = sum(sum(r) for r in rows)
+    expected = {
+        "grpo": (sum(rows[0]) / 3 + sum(rows[1]) / 2) / 2,
+        "bnpo": total / 5,
+        "dr_grpo": total / (2 * 4),  # B * max_completion_length
+        "dapo": total / 10,  # num_items_in_batch: tokens of the whole optimizer step
+    }[loss_type]
+    config = ATGRPOConfig(loss_type=loss_type, max_completion_length=4)
+    _, loss, out = run_loss(config, num_items_in_batch=10)
+    assert float(loss.detach()) == pytest.approx(expected, rel=1e-6)
+    assert float(out.clip_ratio_high) == pytest.approx(1 / 5)
+    assert float(out.clip_ratio_low) == 0.0
+    assert float(out.clip_ratio_region) == pytest.approx(1 / 5)
+
+
+def test_loss_gradient_is_zero_on_clipped_tokens_and_padding_and_minus_ratio_advantage_elsewhere():
+    config = ATGRPOConfig(loss_type="bnpo")
+    logps, loss, _ = run_loss(config)
+    loss.backward()
+    grad = logps.grad
+    assert grad[0, 1] == 0.0 and grad[1, 2] == 0.0  # clipped token, padding
+    # d/dlogp of -ρA / 5 is -ρA / 5.
+    assert float(grad[0, 0]) == pytest.approx(-1.0 / 5)
+    assert float(grad[0, 2]) == pytest.approx(-math.exp(-0.3) / 5, rel=1e-6)
+    assert float(grad[1, 0]) == pytest.approx(2.0 * math.exp(0.3) / 5, rel=1e-6)
+
+
+def test_epsilon_high_raises_only_the_upper_clip():
+    rows = hand_per_token(eps_low=0.2, eps_high=0.4)
+    assert rows[0][1] == pytest.approx(-math.exp(0.3))  # 1.35 < 1.4: no longer clipped
+    _, loss, out = run_loss(ATGRPOConfig(loss_type="bnpo", epsilon_high=0.4))
+    assert float(loss.detach()) == pytest.approx(sum(sum(r) for r in rows) / 5, rel=1e-6)
+    assert float(out.clip_ratio_region) == 0.0
+
+
+def test_gradient_accumulation_divides_mean_losses_but_not_dapo():
+    for loss_type, factor in (("bnpo", 0.5), ("grpo", 0.5), ("dr_grpo", 0.5), ("dapo", 1.0)):
+        config = ATGRPOConfig(loss_type=loss_type, max_completion_length=4)
+        _, one, _ = run_loss(config, num_items_in_batch=10)
+        _, two, _ = run_loss(config, num_items_in_batch=10, num_micro_batches=2)
+        assert float(two.detach()) == pytest.approx(factor * float(one.detach()), rel=1e-7), loss_type
+        assert accumulation_scale(loss_type, 2) == factor
+    with pytest.raises(ValueError, match="`num_micro_batches` must be >= 1"):
+        accumulation_scale("bnpo", 0)
+
+
+def test_beta_adds_the_k3_reference_kl_per_token():
+    ref = [[-1.5, -2.0, -0.4], [-0.3, -1.0, 0.0]]
+    config = ATGRPOConfig(loss_type="bnpo", beta=0.5)
+    _, loss, out = run_loss(config, ref_logps=torch.tensor(ref))
+    kl = [
+        math.exp(ref[r][t] - LOGPS[r][t]) - (ref[r][t] - LOGPS[r][t]) - 1
+        for r in range(2)
+        for t in range(3)
+        if MASK[r][t]
+    ]
+    ppo = sum(sum(r) for r in hand_per_token())
+    assert float(loss.detach()) == pytest.approx((ppo + 0.5 * sum(kl)) / 5, rel=1e-6)
+    assert float(out.kl) == pytest.approx(sum(kl) / 5, rel=1e-6)
+
+
+def test_dual_clip_caps_negative_advantage_losses():
+    # Row 1 token 0: ρA = -2.70; with dual clip c = 1.25 the loss is capped at -c·A = 2.5.
+    _, loss, out = run_loss(ATGRPOConfig(loss_type="bnpo", dual_clip=1.25))
+    rows = hand_per_token()
+    rows[1][0] = 2.5
+    assert float(loss.detach()) == pytest.approx(sum(sum(r) for r in rows) / 5, rel=1e-6)
+
+
+# ------------------------------------------------------------------------------------------- data order
+
+
+def test_problem_order_is_a_seeded_permutation_of_the_range_that_changes_per_epoch():
+    first = problem_order((10, 30), seed=3, epoch=0)
+    assert sorted(first) == list(range(10, 30))
+    assert problem_order((10, 30), seed=3, epoch=0) == first
+    assert problem_order((10, 30), seed=3, epoch=1) != first
+    assert problem_order((10, 30), seed=4, epoch=0) != first
+
+
+def test_draw_problem_ids_walks_the_epoch_order_and_never_straddles_two_epochs():
+    cursor = {"epoch": 0, "index": 0}
+    seen = []
+    for _ in range(3):  # 3 draws of 3 from 10 seeds: 9 seeds of epoch 0
+        ids, cursor = draw_problem_ids(cursor, 3, (0, 10), seed=1)
+        assert len(set(ids)) == 3
+        seen += ids
+    assert seen == problem_order((0, 10), 1, 0)[:9]
+    assert cursor == {"epoch": 0, "index": 9}
+    ids, cursor = draw_problem_ids(cursor, 3, (0, 10), seed=1)  # 1 left: skip to epoch 1
+    assert ids == problem_order((0, 10), 1, 1)[:3] and cursor == {"epoch": 1, "index": 3}
+    with pytest.raises(ValueError, match=r"`problems_per_step` must be an integer in \[1, 10\]"):
+        draw_problem_ids(cursor, 11, (0, 10), seed=1)
+
+
+def test_micro_batch_groups_cover_every_row_once_in_groups_of_accumulation_steps():
+    groups = micro_batch_groups(11, batch_size=3, accumulation_steps=2, seed=5)
+    assert [[len(m) for m in g] for g in groups] == [[3, 3], [3, 2]]
+    rows = torch.cat([m for g in groups for m in g]).tolist()
+    assert sorted(rows) == list(range(11))
+    assert [m.tolist() for g in micro_batch_groups(11, 3, 2, seed=5) for m in g] == [
+        m.tolist() for g in groups for m in g
+    ]
+
+
+# ------------------------------------------------------------------------------------------- metrics
+
+
+def test_rollout_metrics_per_agent_turn_and_policy_match_hand_computation():
+    samples = [
+        # problem 0, turn 0, tool: rewards 1 (global 0.5, local 0.5), 0 (global 0, local 0, parse error)
+        make_sample(0, 0, 0, 0, 1.0, global_reward=0.5, role="tool", policy="tool", length=4),
+        make_sample(0, 0, 0, 1, 0.0, role="tool", policy="tool", parse_error="bad", length=2),
+        # problem 0, turn 0, plan: equal rewards 2, 2 (zero std), one success
+        make_sample(0, 0, 1, 0, 2.0, global_reward=1.0, role="plan", policy="plan", success=True),
+        make_sample(0, 0, 1, 1, 2.0, global_reward=1.0, role="plan", policy="plan"),
+        # problem 0, turn 1, tool: 3, 1
+        make_sample(0, 1, 0, 0, 3.0, role="tool", policy="tool"),
+        make_sample(0, 1, 0, 1, 1.0, role="tool", policy="tool"),
+    ]
+    m = rollout_metrics(samples)
+    assert m["reward"] == pytest.approx(9 / 6)
+    assert m["reward_std"] == pytest.approx((math.sqrt(0.5) + 0 + math.sqrt(2)) / 3)
+    assert m["frac_reward_zero_std"] == pytest.approx(1 / 3)
+    assert m["parse_error_rate"] == pytest.approx(1 / 6)
+    assert m["agent/tool/turn_0/reward_mean"] == pytest.approx(0.5)
+    assert m["agent/tool/turn_0/reward_std"] == pytest.approx(math.sqrt(0.5))
+    assert m["agent/tool/turn_0/global_reward_mean"] == pytest.approx(0.25)
+    assert m["agent/tool/turn_0/local_reward_mean"] == pytest.approx(0.25)
+    assert m["agent/tool/turn_0/parse_error_rate"] == pytest.approx(0.5)
+    assert m["agent/tool/turn_0/completions/mean_length"] == pytest.approx(3.0)
+    assert m["agent/tool/turn_0/frac_reward_zero_std"] == 0.0
+    assert m["agent/plan/turn_0/frac_reward_zero_std"] == 1.0
+    assert m["agent/plan/turn_0/success_rate"] == pytest.approx(0.5)
+    assert m["agent/plan/turn_0/reward_std"] == 0.0
+    assert m["agent/tool/reward_mean"] == pytest.approx(5 / 4)
+    assert m["agent/tool/num_samples"] == 4.0
+    assert m["policy/tool/reward"] == pytest.approx(5 / 4)
+    assert m["policy/tool/frac_reward_zero_std"] == 0.0
+    assert m["policy/plan/frac_reward_zero_std"] == 1.0
+
+
+# ------------------------------------------------------------------------------------------- config
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"policy_level": "L4"}, "`policy_level` must be one of"),
+        ({"num_generations": 0}, "`num_generations` must be an integer >= 1, got 0"),
+        ({"loss_type": "ppo"}, "`loss_type` must be one of"),
+        ({"scale_rewards": "std"}, "`scale_rewards` must be one of"),
+        ({"sampling_mode": "beam"}, "`sampling_mode` must be one of"),
+        ({"temperature": 0.0}, r"`temperature` must be a finite number > 0.0, got 0.0"),
+        ({"epsilon": -0.1}, "`epsilon` must be a finite number"),
+        ({"epsilon_high": 0.0}, "`epsilon_high` must be a finite number"),
+        ({"dual_clip": 1.0}, "`dual_clip` must be a finite number > 1.0"),
+        ({"beta": float("nan")}, "`beta` must be a finite number"),
+        ({"warmup_ratio": 1.5}, r"`warmup_ratio` must be a finite number in \[0.0, 1.0\]"),
+        ({"train_seed_range": (5, 6), "problems_per_step": 2}, "`train_seed_range` \\[5, 6\\] must"),
+        ({"agent_policies": "{tool"}, "`agent_policies` is not valid JSON"),
+        ({"train_seed_range": (0,)}, "`train_seed_range` must be two integers"),
+        ({"lr_scheduler_type": "warm"}, "`lr_scheduler_type` must be one of"),
+        ({"report_to": "mlflow"}, "`report_to`"),
+        ({"agent_policies": {}}, "`agent_policies` must be a non-empty mapping"),
+        ({"turn_order": "tool"}, "`turn_order` must be a list of role names"),
+        ({"max_turns": 0}, "`max_turns` must be an integer >= 1"),
+        ({"save_total_limit": 0}, "`save_total_limit` must be an integer >= 1"),
+    ],
+)
+def test_config_errors_name_the_field(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        ATGRPOConfig(**overrides)
+
+
+def test_config_accepts_trl_boolean_scale_rewards_and_round_trips():
+    config = ATGRPOConfig(scale_rewards=False, warmup_ratio=0.25, max_steps=10, train_seed_range=[0, 50])
+    assert config.scale_rewards == "none" and config.num_warmup_steps == 3
+    assert config.train_seed_range == [0, 50]
+    assert ATGRPOConfig.from_dict(config.to_dict()) == config
+    with pytest.raises(ValueError, match=r"unknown ATGRPOConfig field\(s\) \['num_problems'\]"):
+        ATGRPOConfig.from_dict({"num_problems": 4})
+
+
+def test_config_doubles_as_a_command_line_through_hf_argument_parser():
+    from transformers import HfArgumentParser
+
+    (config,) = HfArgumentParser(ATGRPOConfig).parse_args_into_dataclasses(
+        [
+            "--policy_level", "L2",
+            "--train_seed_range", "5", "50",
+            "--agent_policies", '{"tool": "coder", "plan": "planner"}',
+            "--turn_order", "tool", "plan",
+            "--epsilon_high", "0.28",
+            "--scale_rewards", "none",
+        ]
+    )  # fmt: skip
+    assert config.train_seed_range == [5, 50] and config.epsilon_high == 0.28
+    assert config.agent_policies == {"tool": "coder", "plan": "planner"}
+    assert config.turn_order == ["tool", "plan"] and config.scale_rewards == "none"
