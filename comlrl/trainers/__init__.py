@@ -1,7 +1,8 @@
 """comlrl trainers: preference learning (MADPO, MARLHF), the MAGRPO family and actor-critic.
 
-As in the public library, ``MADPOConfig`` and ``MADPOTrainer`` are re-exported here; they load on first
-access, so ``import comlrl.trainers`` stays light.
+As in the public library, ``MADPOConfig``, ``MADPOTrainer``, ``MARLHFConfig``, ``MARLHFTrainer`` and
+``JointRewardModel`` are re-exported here (with the MAGRPO, IAC and MAAC trainers and configs); they load
+on first access, so ``import comlrl.trainers`` stays light.
 """
 
 import importlib
@@ -10,6 +11,15 @@ from typing import Any
 _LAZY = {
     "MADPOConfig": "comlrl.trainers.preference",
     "MADPOTrainer": "comlrl.trainers.preference",
+    "MARLHFConfig": "comlrl.trainers.preference",
+    "MARLHFTrainer": "comlrl.trainers.preference",
+    "JointRewardModel": "comlrl.trainers.preference",
+    "MAGRPOConfig": "comlrl.trainers.reinforce",
+    "MAGRPOTrainer": "comlrl.trainers.reinforce",
+    "IACConfig": "comlrl.trainers.actor_critic",
+    "IACTrainer": "comlrl.trainers.actor_critic",
+    "MAACConfig": "comlrl.trainers.actor_critic",
+    "MAACTrainer": "comlrl.trainers.actor_critic",
 }
 
 __all__ = list(_LAZY)

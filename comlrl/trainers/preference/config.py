@@ -693,7 +693,8 @@ class MARLHFConfig(MADPOConfig):
     [Ouyang et al., 2022](https://huggingface.co/papers/2203.02155)), then trains the agents with a
     multi-agent RL backend against the frozen reward model (Multi-Agent Reinforcement Learning from Human
     Feedback, Zhang et al., 2024). It takes every [`MADPOConfig`] parameter (`num_train_epochs` counts RL
-    epochs over the training dataset here; `dpo_beta` and `train_batch_size` are unused) plus:
+    epochs over the training dataset here, `train_batch_size` counts items per RL update and
+    `rollout_buffer_size` items per generate call; `dpo_beta` is unused) plus:
 
     Parameters:
         > Parameters that control the reward model

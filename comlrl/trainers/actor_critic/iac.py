@@ -1,0 +1,84 @@
+"""IAC: Independent Actor-Critic on the task reward, single turn (and the constructor shared with MAAC).
+
+The update is :class:`~comlrl.trainers.policy_learning.PolicyLearner`'s: per item every agent samples
+``num_generations`` responses; agent i's critic (a separate model with a value head, or a value head on
+agent i's own model with ``use_separate_critic=False``) reads agent i's prompt (and response, for
+``critic_type="q"``); the advantage ``R − V(h_i)`` (or ``Q − mean Q``) weights agent i's log-probs, and the
+critic is fit to ``R``. Critics and their optimizers live as long as the trainer and are checkpointed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from comlrl.trainers.actor_critic.config import IACConfig
+from comlrl.trainers.policy_learning import OnlineRLTrainer
+
+__all__ = ["ActorCriticTrainer", "IACTrainer"]
+
+
+class ActorCriticTrainer(OnlineRLTrainer):
+    """The public actor-critic constructor (keywords in the public order): ``agent_model``,
+    ``critic_model``, ``tokenizer``, ``reward_func``, ``reward_processor``, ``formatters``, ``args``,
+    ``train_dataset``, ``eval_dataset``, ``model_config``, ``wandb_config``, ``metrics_callback``,
+    ``external_transition``, ``agents``, ``critics``. The agent count is ``args.num_agents`` (or
+    ``len(agents)``). Ours: ``eval_logger``, ``eval_aggregator``, ``policy``, ``lora_config``.
+
+    Critic sources: ``critics`` (one per critic), else ``critic_model`` for every critic, else
+    ``args.critic_model_name``, else the agents' model name (an error asks for one of them when the agents
+    are unnamed model objects).
+    """
+
+    def __init__(
+        self,
+        agent_model: Any = None,
+        critic_model: Any = None,
+        tokenizer: Any = None,
+        reward_func: Callable[..., Any] | None = None,
+        reward_processor: Callable[[float], Any] | None = None,
+        formatters: Any = None,
+        args: Any = None,
+        train_dataset: Any = None,
+        eval_dataset: Any = None,
+        model_config: Mapping[str, Any] | None = None,
+        wandb_config: Mapping[str, Any] | None = None,
+        metrics_callback: Callable[..., Any] | None = None,
+        external_transition: Any = None,
+        agents: Sequence[Any] | None = None,
+        critics: Sequence[Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        args = args if args is not None else self.config_class()
+        num_agents = getattr(args, "num_agents", 2)
+        super().__init__(
+            agent_model=agent_model,
+            agents=agents,
+            num_agents=num_agents,
+            tokenizer=tokenizer,
+            model_config=model_config,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            reward_func=reward_func,
+            reward_processor=reward_processor,
+            formatters=formatters,
+            external_transition=external_transition,
+            wandb_config=wandb_config,
+            args=args,
+            critic_model=critic_model,
+            critics=critics,
+            metrics_callback=metrics_callback,
+            **kwargs,
+        )
+
+
+class IACTrainer(ActorCriticTrainer):
+    """Independent Actor-Critic: one critic per agent (see the module docstring). Takes the public
+    keywords of :class:`ActorCriticTrainer` and an :class:`IACConfig`.
+
+    >>> trainer = IACTrainer(agent_model="test-tiny", reward_func=reward, train_dataset=items,
+    ...                      args=IACConfig(num_agents=2, critic_model_name="test-tiny"))
+    >>> trainer.train()
+    """
+
+    config_class = IACConfig

@@ -1,0 +1,133 @@
+"""Reference KL: the frozen copy of the initial agents, its snapshot, device resolution, and the KL reward
+shaping through the trainer checked against an independent per-sequence computation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from comlrl.rollout import Completion
+from comlrl.trainers.base import ItemSample
+from comlrl.trainers.reference_kl import ReferencePolicy, reference_devices, shaped_rewards
+from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
+
+ITEMS = [{"prompt": f"Task {i}: write a short plan."} for i in range(2)]
+
+
+def reward(a, b):
+    return float(len(a[0]) % 5) + 0.5 * float(len(b[0]) % 3)
+
+
+def trainer_with_reference(tmp_path, tiny_model_path, **overrides):
+    values = dict(
+        output_dir=str(tmp_path / "out"),
+        max_new_tokens=4,
+        temperature=1.0,
+        top_p=1.0,
+        num_generations=2,
+        num_train_epochs=1,
+        reference_kl_enabled=True,
+        reference_kl_coef=0.5,
+        advantage_mode="raw",
+        advantage_normalization=False,
+        eval_interval=0,
+        disable_tqdm=True,
+    )
+    values.update(overrides)
+    return MAGRPOTrainer(
+        agent_model=tiny_model_path, reward_func=reward, train_dataset=ITEMS, args=MAGRPOConfig(**values)
+    )
+
+
+def test_reference_devices_and_shaping_arithmetic():
+    assert reference_devices(None, ["cpu", "meta"]) == ["cpu", "meta"]
+    assert reference_devices("cpu", ["a", "b", "c"]) == ["cpu"] * 3
+    assert reference_devices(["cpu"], ["a", "b"]) == ["cpu", "cpu"]
+    with pytest.raises(ValueError, match="reference_devices"):
+        reference_devices(["cpu", "cpu", "cpu"], ["a", "b"])
+    shaped = shaped_rewards(torch.tensor([1.0, 0.0]), torch.tensor([0.2, 3.0]), 0.5)
+    torch.testing.assert_close(shaped, torch.tensor([0.9, -1.5]))
+
+
+def test_reference_is_a_frozen_copy_of_the_initial_agents(tiny_model_path, tmp_path):
+    trainer = trainer_with_reference(tmp_path, tiny_model_path)
+    reference = trainer.rl.reference
+    live = trainer.policy.handle(0).model
+    ref = reference.policy.handle(0).model
+    assert ref is not live and not any(p.requires_grad for p in ref.parameters()) and not ref.training
+    initial = {k: v.clone() for k, v in ref.state_dict().items()}
+    with torch.no_grad():
+        for p in live.parameters():
+            p.add_(0.05)
+    assert all(torch.equal(initial[k], v) for k, v in ref.state_dict().items())
+
+    # Identical weights give exactly zero k3 KL.
+    copy = ReferencePolicy(trainer.policy)
+    prompts, completions = [[1, 2, 3], [4, 5]], [[6, 7], [8, 9, 10]]
+    from comlrl.scoring import completion_logprobs
+
+    logprobs, mask = completion_logprobs(live, prompts, completions, pad_token_id=0)
+    assert copy.sequence_kl(0, logprobs, mask, prompts, completions, pad_token_id=0).tolist() == [0.0, 0.0]
+
+    # The snapshot written when a fresh run starts brings back the initial weights.
+    trainer.rl.on_fresh_run(tmp_path / "snap")
+    saved = {k: v.clone() for k, v in ref.state_dict().items()}
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.mul_(0.0)
+    reference.load_weights_(tmp_path / "snap" / "reference_policy")
+    assert all(torch.equal(saved[k], v) for k, v in ref.state_dict().items())
+    assert not any(p.requires_grad for p in ref.parameters())
+
+
+def test_kl_shaping_through_the_trainer_matches_an_independent_computation(tiny_model_path, tmp_path):
+    """advantage_mode='raw' without normalization: agent a's advantages are exactly R − coef · Σ_t k3_t, with
+    k3 computed here sequence by sequence (no padding) from the live and the frozen initial model."""
+    trainer = trainer_with_reference(tmp_path, tiny_model_path, reference_kl_coef=0.5)
+    live = trainer.policy.handle(1).model
+    with torch.no_grad():  # move the policy away from the reference so that the KL is not zero
+        generator = torch.Generator().manual_seed(0)
+        for p in live.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=generator))
+    tok = trainer.tokenizers[1]
+    prompt = tok("Task 1: write a short plan.")["input_ids"]
+    completions = [[11, 12], [13, 14, 15, 16], [17]]
+    candidates = [Completion(list(prompt), c, [0.0] * len(c), "", "length") for c in completions]
+    sample = ItemSample(ITEMS[1], 1, ["p", "p"], ["p", "p"], [candidates, candidates])
+    returns = torch.tensor([1.0, 0.0, 2.0])
+    live.eval()
+    out = trainer.rl.agent_loss(1, [sample], returns, torch.zeros(3, dtype=torch.long))
+
+    ref = trainer.rl.reference.policy.handle(1).model
+    expected_kl = []
+    with torch.no_grad():
+        for completion in completions:
+            ids = torch.tensor([prompt + completion])
+            target = torch.tensor(completion)[:, None]
+            lp = torch.log_softmax(live(ids).logits[0, len(prompt) - 1 : -1].float(), -1).gather(-1, target)
+            lr = torch.log_softmax(ref(ids).logits[0, len(prompt) - 1 : -1].float(), -1).gather(-1, target)
+            delta = lr - lp
+            expected_kl.append(float((torch.exp(delta) - delta - 1).sum()))
+    expected_kl = torch.tensor(expected_kl)
+    assert bool((expected_kl > 0).all())
+    torch.testing.assert_close(out.kl.cpu(), expected_kl, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(out.advantages.cpu(), returns - 0.5 * expected_kl, rtol=1e-4, atol=1e-6)
+
+
+def test_training_logs_the_reference_kl_metrics(tiny_model_path, tmp_path):
+    trainer = trainer_with_reference(
+        tmp_path,
+        tiny_model_path,
+        reference_kl_coef=0.25,
+        logging_steps=1,
+        agent_learning_rate=1e-2,
+        num_train_epochs=2,
+        rollout_buffer_size=1,
+    )
+    trainer.train()
+    rows = [r for r in trainer.metrics_logger.history if "turn_1/reference_kl_mean" in r]
+    assert rows and all(r["turn_1/reference_kl_mean"] >= 0 for r in rows)
+    for r in rows:
+        assert r["turn_1/reference_kl_penalty_mean"] == pytest.approx(0.25 * r["turn_1/reference_kl_mean"])
+    assert rows[-1]["turn_1/reference_kl_mean"] > 0  # the policy moved away from the frozen reference
+    assert (tmp_path / "out" / "reference_policy" / "policy_layout.json").is_file()
