@@ -1,0 +1,507 @@
+"""Run configs: YAML files with ``base:`` inheritance, ``section.key=value`` overrides, strict keys.
+
+A config is a plain nested dict with the sections of ``defaults.yaml`` (``run``, ``model``, ``env``,
+``policy``, ``rollout``, ``pipeline`` and one section per stage). :func:`load_config` builds it in
+this order:
+
+1. ``defaults.yaml`` (next to this file): the schema, i.e. every known key with its default;
+2. the ``env`` section is completed with every field of the named environment's config class, at its
+   default (so the resolved config written into a run folder holds every setting that was used);
+3. the file's ``base:`` chain, most basic first (a ``base:`` path is relative to the file naming it);
+4. the command-line overrides ``section.key=value``, in order.
+
+Every step after the first checks keys and types against what is already there:
+
+* a key that is not in the schema is an error naming its dotted path and the known keys around it,
+  except inside an *open mapping*: a mapping that is empty (``{}``) in ``defaults.yaml``
+  (``policy.agents``, ``env.agent_options``) takes any keys;
+* a value must have the type of the value it replaces: ``int`` is accepted (and stored as float) where
+  a float was, ``None`` accepts anything, mappings merge key by key, lists and open mappings are
+  replaced whole (``policy.agents={single: single}`` leaves no other role behind).
+
+Values are read as YAML (``true``, ``3``, ``0.5``, ``[a, b]``, ``null``); unlike PyYAML's YAML 1.1
+default, ``1e-4`` is a float as in YAML 1.2. :func:`validate_config` then checks what spans keys (the
+environment's own validation, agent roles against ``policy.agents``, stage names, seed ranges).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from comlrl.atomic_io import atomic_write_text
+
+__all__ = [
+    "CONFIG_DIR",
+    "DEFAULTS_FILE",
+    "ENV_KEYS",
+    "LEVELS",
+    "STAGES",
+    "ConfigError",
+    "apply_override",
+    "env_arguments",
+    "find_config",
+    "load_config",
+    "load_yaml_file",
+    "parse_override",
+    "parse_value",
+    "save_resolved_config",
+    "section_to_dataclass",
+    "shipped_configs",
+    "validate_config",
+]
+
+CONFIG_DIR = Path(__file__).resolve().parent
+DEFAULTS_FILE = CONFIG_DIR / "defaults.yaml"
+RESOLVED_CONFIG_FILE = "config.yaml"
+LEVELS: tuple[str, ...] = ("L0", "L1", "L2", "L3")
+STAGES: tuple[str, ...] = ("sft", "at_grpo", "grpo", "madpo", "marlhf", "eval")
+#: Keys of the ``env`` section that are not fields of the environment's config class.
+ENV_KEYS: tuple[str, ...] = ("name", "tools", "agent_options")
+BASE_KEY = "base"
+
+
+class ConfigError(ValueError):
+    """A config file or override that names an unknown key, has a wrong type or an invalid value."""
+
+
+# ---- YAML ------------------------------------------------------------------------------------------
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads ``1e-4`` / ``5E3`` (no dot) as floats, as YAML 1.2 does."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def parse_value(text: str) -> Any:
+    """One override value read as YAML (``"3"`` -> 3, ``"[a, b]"`` -> ['a', 'b'], ``""`` -> None)."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader subclass
+
+
+def load_yaml_file(path: str | Path) -> dict[str, Any]:
+    """A YAML file's top-level mapping (an empty file is ``{}``); anything else is a ConfigError."""
+    path = Path(path)
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)  # noqa: S506
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config file must hold a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+# ---- keys and types --------------------------------------------------------------------------------
+
+def _dotted(path: Sequence[str]) -> str:
+    return ".".join(path) if path else "<top level>"
+
+
+def _type_name(value: Any) -> str:
+    return {bool: "bool", int: "int", float: "float", str: "str", list: "list", dict: "mapping"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def check_type(path: Sequence[str], value: Any, existing: Any, where: str = "") -> Any:
+    """``value`` if it may replace ``existing`` (an int where a float was comes back as a float).
+
+    Raises a ConfigError naming the full dotted key and the expected type.
+    """
+    if existing is None:
+        return value
+    ok = False
+    if isinstance(existing, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(existing, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(existing, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if ok:
+            value = float(value)
+    else:  # str, list, mapping (or another type a caller put there): the same type only
+        ok = isinstance(value, type(existing))
+    if not ok:
+        expected = "float (or int)" if isinstance(existing, float) else _type_name(existing)
+        source = f" ({where})" if where else ""
+        raise ConfigError(
+            f"`{_dotted(path)}` must be {expected} like its default {existing!r}, got "
+            f"{_type_name(value)} {value!r}{source}"
+        )
+    return value
+
+
+def _unknown_key(path: Sequence[str], key: str, known: Iterable[str], where: str = "") -> ConfigError:
+    source = f" ({where})" if where else ""
+    section = f"`{_dotted(path)}`" if path else "the top level"
+    return ConfigError(
+        f"unknown key `{_dotted([*path, key])}`{source}; known keys of {section}: {sorted(known)}"
+    )
+
+
+def _is_open(path: Sequence[str], open_paths: set[tuple[str, ...]]) -> bool:
+    """Whether the mapping at ``path`` is (inside) an open mapping; the top level never is."""
+    return any(tuple(path[: len(p)]) == p for p in open_paths)
+
+
+def open_paths_of(schema: Mapping[str, Any], path: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
+    """Dotted paths (as tuples) of the empty mappings of ``schema``: the open mappings."""
+    found: set[tuple[str, ...]] = set()
+    for key, value in schema.items():
+        if isinstance(value, dict):
+            if not value:
+                found.add((*path, key))
+            else:
+                found |= open_paths_of(value, (*path, key))
+    return found
+
+
+def merge_checked(
+    base: dict[str, Any],
+    child: Mapping[str, Any],
+    open_paths: set[tuple[str, ...]],
+    where: str = "",
+    path: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """A deep copy of ``base`` with ``child`` merged in; every key and type of ``child`` is checked."""
+    merged = copy.deepcopy(base)
+    for key, value in child.items():
+        if not isinstance(key, str):
+            raise ConfigError(f"keys must be strings, got {key!r} under `{_dotted(path)}`" + (f" ({where})" if where else ""))
+        here = (*path, key)
+        if key not in merged:
+            if not _is_open(path, open_paths):
+                raise _unknown_key(path, key, merged, where)
+            merged[key] = copy.deepcopy(value)
+            continue
+        existing = merged[key]
+        if here in open_paths:  # an open mapping is replaced whole, like a list
+            merged[key] = copy.deepcopy(check_type(here, value, existing, where))
+        elif isinstance(existing, dict) and isinstance(value, dict):
+            merged[key] = merge_checked(existing, value, open_paths, where, here)
+        elif _is_open(path, open_paths):
+            merged[key] = copy.deepcopy(value)  # inside an open mapping: whatever the consumer accepts
+        else:
+            merged[key] = copy.deepcopy(check_type(here, value, existing, where))
+    return merged
+
+
+# ---- overrides -------------------------------------------------------------------------------------
+
+def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
+    """``"section.key=value"`` -> (("section", "key"), parsed value)."""
+    if not isinstance(text, str) or "=" not in text:
+        raise ConfigError(f"an override must look like `section.key=value`, got {text!r}")
+    dotted, raw = text.split("=", 1)
+    dotted = dotted.strip()
+    parts = tuple(dotted.split("."))
+    if not dotted or any(not p for p in parts):
+        raise ConfigError(f"an override must name a dotted key like `section.key`, got {dotted!r} in {text!r}")
+    try:
+        value = parse_value(raw)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"override `{dotted}`: value {raw!r} is not valid YAML ({exc})") from exc
+    return parts, value
+
+
+def apply_override(
+    config: dict[str, Any], path: Sequence[str], value: Any, open_paths: set[tuple[str, ...]]
+) -> None:
+    """Set ``config[path]`` to ``value`` in place, after the key and type checks."""
+    where = f"override {_dotted(path)}=..."
+    node = config
+    for depth, key in enumerate(path[:-1]):
+        here = tuple(path[: depth + 1])
+        if key not in node:
+            if not _is_open(here[:-1], open_paths):
+                raise _unknown_key(here[:-1], key, node, where)
+            node[key] = {}
+        if not isinstance(node[key], dict):
+            raise ConfigError(
+                f"`{_dotted(here)}` is not a section (its value is {node[key]!r}): cannot set "
+                f"`{_dotted(path)}` ({where})"
+            )
+        node = node[key]
+    parent, key = tuple(path[:-1]), path[-1]
+    if key not in node:
+        if not _is_open(parent, open_paths):
+            raise _unknown_key(parent, key, node, where)
+        node[key] = value
+        return
+    if tuple(path) in open_paths:  # an open mapping is replaced whole, like a list
+        node[key] = check_type(path, value, node[key], where)
+    elif isinstance(node[key], dict) and isinstance(value, dict):
+        node[key] = merge_checked(node[key], value, open_paths, where, tuple(path))
+    elif _is_open(parent, open_paths):
+        node[key] = value
+    else:
+        node[key] = check_type(path, value, node[key], where)
+
+
+# ---- files -----------------------------------------------------------------------------------------
+
+def find_config(name: str | Path) -> Path:
+    """An existing YAML path, or a shipped config named ``"<env>/<level>"`` (e.g. ``"plan_path/L1"``)."""
+    path = Path(name)
+    if path.is_file():
+        return path
+    shipped = CONFIG_DIR / f"{str(name).removesuffix('.yaml')}.yaml"
+    if shipped.is_file():
+        return shipped
+    known = [str(p.relative_to(CONFIG_DIR).with_suffix("")) for p in shipped_configs()]
+    raise ConfigError(f"config {str(name)!r} is neither a file nor a shipped config; shipped: {known}")
+
+
+def shipped_configs() -> list[Path]:
+    """The shipped ``<env>/<level>.yaml`` files."""
+    return sorted(p for p in CONFIG_DIR.glob("*/L[0-9].yaml"))
+
+
+def read_chain(path: str | Path) -> list[tuple[Path, dict[str, Any]]]:
+    """``[(file, its mapping without base:)]`` along the ``base:`` chain, most basic first."""
+    chain: list[tuple[Path, dict[str, Any]]] = []
+    seen: list[Path] = []
+    current: Path | None = Path(path).resolve()
+    while current is not None:
+        if current in seen:
+            cycle = " -> ".join(str(p) for p in [*seen, current])
+            raise ConfigError(f"`base:` inheritance loops: {cycle}")
+        if not current.is_file():
+            named_by = f" (named as base by {seen[-1]})" if seen else ""
+            raise ConfigError(f"config file {current} does not exist{named_by}")
+        seen.append(current)
+        data = load_yaml_file(current)
+        base = data.pop(BASE_KEY, None)
+        chain.append((current, data))
+        if base is None:
+            current = None
+        elif isinstance(base, str) and base:
+            current = (current.parent / base).resolve()
+        else:
+            raise ConfigError(f"{current}: `base` must be a file name, got {base!r}")
+    chain.reverse()
+    return chain
+
+
+def _yaml_value(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_yaml_value(v) for v in value]
+    return value
+
+
+def env_field_defaults(env_name: str) -> dict[str, Any]:
+    """Every field of environment ``env_name``'s config class at its default (tuples as lists)."""
+    from pettingllms.registry import RegistryError, get_env_class
+
+    try:
+        config_class = get_env_class(env_name).config_class
+    except RegistryError as exc:
+        raise ConfigError(f"`env.name`: {exc}") from exc
+    out: dict[str, Any] = {}
+    for field in dataclasses.fields(config_class):
+        if field.default is not dataclasses.MISSING:
+            out[field.name] = _yaml_value(field.default)
+        elif field.default_factory is not dataclasses.MISSING:
+            out[field.name] = _yaml_value(field.default_factory())
+        else:
+            out[field.name] = None
+    return out
+
+
+def load_config(path: str | Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """The resolved config of ``path`` (file or ``"<env>/<level>"``) with ``overrides`` applied.
+
+    Keys and types are checked at every step (see the module docstring); cross-key checks are
+    :func:`validate_config`'s.
+    """
+    path = find_config(path)
+    defaults = load_yaml_file(DEFAULTS_FILE)
+    open_paths = open_paths_of(defaults)
+    chain = read_chain(path)
+    parsed = [parse_override(o) for o in overrides]
+
+    env_name = defaults.get("env", {}).get("name")
+    for _, data in chain:
+        env_section = data.get("env")
+        if isinstance(env_section, dict) and "name" in env_section:
+            env_name = env_section["name"]
+    for keys, value in parsed:
+        if keys == ("env", "name"):
+            env_name = value
+    if not isinstance(env_name, str) or not env_name:
+        raise ConfigError(f"`env.name` must be a registered environment name, got {env_name!r}")
+
+    config = copy.deepcopy(defaults)
+    extra = {k: v for k, v in env_field_defaults(env_name).items() if k not in config["env"]}
+    clash = sorted(set(env_field_defaults(env_name)) & set(ENV_KEYS))
+    if clash:
+        raise ConfigError(f"env {env_name!r} config fields {clash} clash with the env section's own keys {ENV_KEYS}")
+    config["env"].update(extra)
+    for file, data in chain:
+        config = merge_checked(config, data, open_paths, where=str(file))
+    for keys, value in parsed:
+        apply_override(config, keys, value, open_paths)
+    return config
+
+
+def save_resolved_config(config: Mapping[str, Any], run_dir: str | Path, filename: str = RESOLVED_CONFIG_FILE) -> Path:
+    """Write ``config`` as YAML into ``run_dir/filename`` atomically; returns the path."""
+    text = yaml.safe_dump(_plain(config), sort_keys=False, default_flow_style=False, allow_unicode=True)
+    return atomic_write_text(Path(run_dir) / filename, text)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+# ---- sections -> objects ---------------------------------------------------------------------------
+
+def env_arguments(config: Mapping[str, Any]) -> tuple[str, dict[str, Any], dict[str, dict[str, Any]]]:
+    """``(env name, env config mapping, agent_options)`` for ``registry.make_env`` / ``make_agents``.
+
+    ``env.tools`` becomes the ``tools`` option of the ``tool`` role when that role is in the turn order
+    (``env.agent_options.tool.tools``, if given, wins).
+    """
+    env = config["env"]
+    fields = {k: v for k, v in env.items() if k not in ENV_KEYS}
+    roles = list(fields.get("turn_order") or ())
+    options = {role: dict(opts or {}) for role, opts in (env.get("agent_options") or {}).items()}
+    if env.get("tools") is not None and "tool" in roles:
+        options.setdefault("tool", {}).setdefault("tools", list(env["tools"]))
+    return env["name"], fields, options
+
+
+def section_to_dataclass(cls: type, mapping: Mapping[str, Any] | None, section_name: str) -> Any:
+    """``cls(**mapping)`` for a config dataclass; unknown or missing fields name ``section.field``.
+
+    Lists become tuples where the field's default is a tuple. A ValueError raised by the class's own
+    validation comes back as a ConfigError prefixed with the section.
+    """
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"`cls` must be a dataclass, got {cls!r}")
+    mapping = {} if mapping is None else mapping
+    if not isinstance(mapping, Mapping):
+        raise ConfigError(f"section `{section_name}` must be a mapping, got {_type_name(mapping)} {mapping!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = [k for k in mapping if k not in fields]
+    if unknown:
+        raise ConfigError(
+            f"unknown key `{section_name}.{unknown[0]}` for {cls.__name__}; known keys of "
+            f"`{section_name}`: {sorted(fields)}"
+        )
+    missing = [
+        name for name, f in fields.items()
+        if name not in mapping and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ConfigError(f"missing key `{section_name}.{missing[0]}` (required by {cls.__name__})")
+    kwargs = {}
+    for key, value in mapping.items():
+        if isinstance(value, list) and isinstance(fields[key].default, tuple):
+            value = tuple(value)
+        kwargs[key] = value
+    try:
+        return cls(**kwargs)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"section `{section_name}`: {exc}") from exc
+
+
+# ---- cross-key checks ------------------------------------------------------------------------------
+
+def _seed_range(config: Mapping[str, Any], section: str, count_key: str, per: str | None = None) -> range:
+    values = config[section]
+    start = values["seed_start"]
+    count = values[count_key] * (values[per] if per else 1)
+    for key, value in (("seed_start", start), (count_key, values[count_key])):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"`{section}.{key}` must be an integer >= 0, got {value!r}")
+    return range(start, start + count)
+
+
+def validate_config(config: Mapping[str, Any]) -> None:
+    """Checks that span keys: the environment and its agents build, ``policy.agents`` matches the
+    turn order and the level, stages are known, and the held-out eval seeds are disjoint from the
+    seeds the training stages use."""
+    from pettingllms.registry import make_agents, make_env
+    from pettingllms.trainer.demonstrations import check_disjoint_seeds
+
+    run = config["run"]
+    if isinstance(run["seed"], bool) or not isinstance(run["seed"], int) or run["seed"] < 0:
+        raise ConfigError(f"`run.seed` must be an integer >= 0, got {run['seed']!r}")
+    if not isinstance(run["output_dir"], str) or not run["output_dir"]:
+        raise ConfigError(f"`run.output_dir` must be a non-empty path, got {run['output_dir']!r}")
+    from comlrl.reporting import normalize_report_to
+
+    try:
+        normalize_report_to(run["report_to"])
+    except ValueError as exc:
+        raise ConfigError(f"`run.report_to`: {exc}") from exc
+    if not isinstance(config["model"]["name"], str) or not config["model"]["name"]:
+        raise ConfigError(f"`model.name` must be a preset, a local path or a hub id, got {config['model']['name']!r}")
+
+    name, fields, options = env_arguments(config)
+    try:
+        env = make_env(name, fields)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"section `env`: {exc}") from exc
+    roles = list(env.config.turn_order)
+    try:
+        make_agents(name, roles, options)
+    except (ValueError, TypeError, LookupError) as exc:
+        raise ConfigError(f"`env.tools` / `env.agent_options` / `env.turn_order`: {exc}") from exc
+
+    policy = config["policy"]
+    level, agents = policy["level"], policy["agents"]
+    if level not in LEVELS:
+        raise ConfigError(f"`policy.level` must be one of {list(LEVELS)}, got {level!r}")
+    if not isinstance(agents, dict) or sorted(agents) != sorted(roles):
+        got = sorted(agents) if isinstance(agents, dict) else agents
+        raise ConfigError(f"`policy.agents` must map each role of `env.turn_order` {roles} to a policy, got {got}")
+    policies = list(agents.values())
+    if not all(isinstance(p, str) and p for p in policies):
+        raise ConfigError(f"`policy.agents` values must be policy names, got {policies}")
+    if level == "L0" and len(roles) != 1:
+        raise ConfigError(f"`policy.level` L0 is one agent, but `env.turn_order` has {roles}")
+    if level == "L1" and len(set(policies)) != 1:
+        raise ConfigError(f"`policy.level` L1 shares one policy among all agents, got `policy.agents` {agents}")
+    if level in ("L2", "L3") and len(set(policies)) != len(policies):
+        raise ConfigError(f"`policy.level` {level} gives each agent its own policy, got `policy.agents` {agents}")
+
+    pipeline = config["pipeline"]
+    if not isinstance(pipeline, list) or not pipeline:
+        raise ConfigError(f"`pipeline` must be a non-empty list of stages from {list(STAGES)}, got {pipeline!r}")
+    for stage in pipeline:
+        if stage not in STAGES:
+            raise ConfigError(f"`pipeline` names unknown stage {stage!r}; known stages: {list(STAGES)}")
+    for stage in STAGES:
+        if not isinstance(config.get(stage), dict):
+            raise ConfigError(f"section `{stage}` is missing or not a mapping")
+
+    held_out = _seed_range(config, "eval", "num_instances")
+    trained = {"sft": _seed_range(config, "sft", "num_problems")}
+    for stage in ("at_grpo", "grpo"):  # fresh problems every step
+        trained[stage] = _seed_range(config, stage, "num_problems", "max_steps")
+    for stage in ("madpo", "marlhf"):  # one problem set, revisited every iteration
+        trained[stage] = _seed_range(config, stage, "num_problems")
+    for stage, seeds in trained.items():
+        if stage in pipeline and "eval" in pipeline:
+            try:
+                check_disjoint_seeds(seeds, held_out, f"{stage} seeds", "eval seeds")
+            except ValueError as exc:
+                raise ConfigError(f"`{stage}.seed_start` / `eval.seed_start`: {exc}") from exc

@@ -1,0 +1,1 @@
+"""Shipped sudoku configs (a package only so that its YAML files install with pettingllms)."""

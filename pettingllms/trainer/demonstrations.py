@@ -1,0 +1,156 @@
+"""Oracle demonstrations for the ``sft`` warm start, recorded through the agent protocol.
+
+Each episode is played by :func:`pettingllms.scripted.play_episode` with the environment's oracle
+(:class:`~pettingllms.scripted.OraclePolicy`); for every agent decision we keep the prompt the agent
+built (``update_from_env``, exactly what the rollout engine will send to a model) and the oracle's
+response text (the agent's ``format_response``). Supervised fine-tuning on these pairs therefore
+teaches the prompt and answer formats the RL stage uses.
+
+Demonstration instances must not be evaluation instances: :func:`check_disjoint_seeds` is the check,
+and :func:`make_demonstrations` runs it when given the held-out seeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from pettingllms.scripted import OraclePolicy, play_episode
+
+__all__ = [
+    "Demonstration",
+    "check_disjoint_seeds",
+    "collect_demonstrations",
+    "make_demonstrations",
+    "seed_range",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class Demonstration(NamedTuple):
+    """One agent decision to imitate: the prompt (chat messages or text) and the response text."""
+
+    prompt: Any
+    response: str
+
+
+def seed_range(start: int, count: int) -> range:
+    """Instance seeds ``start, ..., start + count - 1``."""
+    for name, value in (("start", start), ("count", count)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"`{name}` must be an integer >= 0, got {value!r}")
+    return range(start, start + count)
+
+
+def check_disjoint_seeds(
+    train: Iterable[int], held_out: Iterable[int], train_name: str = "train seeds", held_out_name: str = "eval seeds"
+) -> None:
+    """Raise ValueError when an instance seed is in both ranges (naming both and the first shared ones)."""
+    train, held_out = _as_seeds(train), _as_seeds(held_out)
+    if isinstance(train, range) and isinstance(held_out, range) and train.step == held_out.step == 1:
+        shared = list(range(max(train.start, held_out.start), min(train.stop, held_out.stop))[:5])
+    else:
+        shared = sorted(set(train) & set(held_out))[:5]
+    if shared:
+        raise ValueError(
+            f"{train_name} and {held_out_name} must be disjoint; both contain {shared} "
+            f"({train_name}: {_describe(train)}, {held_out_name}: {_describe(held_out)})"
+        )
+
+
+def _as_seeds(seeds: Iterable[int]) -> range | list[int]:
+    return seeds if isinstance(seeds, range) else list(seeds)
+
+
+def _describe(seeds: Iterable[int]) -> str:
+    if isinstance(seeds, range):
+        return f"[{seeds.start}, {seeds.stop})"
+    values = list(seeds)
+    return f"{len(values)} seeds in [{min(values)}, {max(values)}]" if values else "none"
+
+
+class _RecordingOracle:
+    """The oracle policy, keeping (role, prompt, response) of every decision it answers."""
+
+    def __init__(self) -> None:
+        self.oracle = OraclePolicy()
+        self.records: list[tuple[str, Any, str]] = []
+
+    def respond(self, agent: Any, env: Any) -> str:
+        if agent.prompt is None:
+            raise RuntimeError(f"agent {agent.role!r} answered without a prompt: update_from_env was not called")
+        response = self.oracle.respond(agent, env)
+        self.records.append((agent.role, copy.deepcopy(agent.prompt), response))
+        return response
+
+
+async def collect_demonstrations(
+    env: Any,
+    agents: Sequence[Any],
+    seeds: Iterable[int],
+    *,
+    env_worker: Any = None,
+    skip_failed: bool = False,
+) -> dict[str, list[Demonstration]]:
+    """``{role: [Demonstration, ...]}`` from oracle episodes on ``seeds`` (one agent per turn-order role).
+
+    An episode the oracle does not solve (e.g. its answer exceeds the answer-length limit) is an error
+    naming the seed, or, with ``skip_failed``, left out with a warning.
+    """
+    by_role: dict[str, list[Demonstration]] = {agent.role: [] for agent in agents}
+    skipped: list[int] = []
+    for seed in seeds:
+        recorder = _RecordingOracle()
+        result = await play_episode(env, agents, recorder, seed, env_worker)
+        if not result.success:
+            if not skip_failed:
+                raise ValueError(
+                    f"{getattr(env, 'name', env)}: the oracle did not solve instance seed {seed} "
+                    f"(turns {result.turns}, parse errors "
+                    f"{[s.parse_error for s in result.steps if s.parse_error]}); pass skip_failed=True to skip it"
+                )
+            skipped.append(seed)
+            continue
+        for role, prompt, response in recorder.records:
+            by_role[role].append(Demonstration(prompt, response))
+    if skipped:
+        logger.warning("oracle demonstrations: skipped %d unsolved seed(s): %s", len(skipped), skipped[:20])
+    return by_role
+
+
+def make_demonstrations(
+    env_name: str,
+    env_config: Any,
+    seeds: Iterable[int],
+    *,
+    agent_options: Mapping[str, Mapping[str, Any]] | None = None,
+    held_out_seeds: Iterable[int] | None = None,
+    env_worker: Any = None,
+    skip_failed: bool = False,
+) -> dict[str, list[Demonstration]]:
+    """Oracle demonstrations per role for registered environment ``env_name`` on instance ``seeds``.
+
+    ``env_config`` is the environment's config (dataclass or mapping; its ``turn_order`` names the
+    roles); ``agent_options`` are per-role agent options (e.g. ``{"tool": {"tools": ["simulate"]}}``).
+    When ``held_out_seeds`` is given, it must be disjoint from ``seeds``. Runs its own event loop; from
+    async code, await :func:`collect_demonstrations`.
+    """
+    from pettingllms.registry import make_agents, make_env
+
+    seeds = seeds if isinstance(seeds, range) else list(seeds)
+    if held_out_seeds is not None:
+        check_disjoint_seeds(seeds, held_out_seeds, "demonstration seeds", "held-out seeds")
+    env = make_env(env_name, env_config)
+    agents = make_agents(env_name, env.config.turn_order, agent_options)
+
+    async def run() -> dict[str, list[Demonstration]]:
+        try:
+            return await collect_demonstrations(env, agents, seeds, env_worker=env_worker, skip_failed=skip_failed)
+        finally:
+            await env.close()
+
+    return asyncio.run(run())

@@ -1,0 +1,322 @@
+"""The ``sft`` warm start: supervised fine-tuning of every policy on oracle demonstrations.
+
+Each demonstration is an agent's prompt and the oracle's response
+(:mod:`pettingllms.trainer.demonstrations`). A training example is tokenized as the rollout engine
+would see a perfect sample of it: the prompt rendered by :func:`comlrl.rollout.prompts.render_prompt`
+(chat messages through the tokenizer's chat template with the generation prompt), then the response
+tokens and the tokenizer's EOS, so the model learns to stop. The loss is the mean negative log-likelihood
+of the response tokens (EOS included); prompt tokens are context only, never targets.
+
+Policies (:class:`comlrl.policy.MultiAgentPolicy`): each policy gets its own optimizer over
+``policy.trainable_parameters(policy_name)`` and trains on the demonstrations of the agents it serves:
+the L1 shared model on every role's, an L2 adapter (inside ``policy.activate``) and an L3 model on
+its own agent's. Every optimizer step bumps the policy's weights version.
+
+Why not TRL's ``SFTTrainer``: it trains one model with one optimizer per trainer, so L2 (several adapters
+on one peft model, switched per batch) and L3 would need one trainer per policy, each re-tokenizing
+with its own chat-template handling; this loop is short, reuses the engine's prompt rendering and
+``comlrl.scoring.completion_logprobs``, and keeps every policy's data in one place.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from comlrl.rollout.hf import eos_token_ids, pad_token_id
+from comlrl.rollout.prompts import render_prompt
+from comlrl.scoring import completion_logprobs
+from comlrl.seeding import derive_seed
+
+__all__ = [
+    "SFTWarmStartConfig",
+    "TokenizedExample",
+    "sft_loss",
+    "sft_stage",
+    "sft_warm_start",
+    "tokenize_demonstration",
+    "tokenize_demonstrations",
+]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SFTWarmStartConfig:
+    """Settings of the ``sft`` pipeline stage (the ``sft`` section of a run config).
+
+    > Parameters that control the demonstrations
+
+    - ``num_problems``: instances the oracle plays; seeds ``seed_start .. seed_start + num_problems - 1``,
+      disjoint from the held-out eval seeds (checked).
+    - ``seed_start``: first demonstration instance seed.
+
+    > Parameters that control training
+
+    - ``epochs``: passes over each policy's demonstrations.
+    - ``learning_rate``: AdamW learning rate (constant).
+    - ``batch_size``: demonstrations per optimizer step.
+    - ``max_length``: longest prompt + response (tokens) kept; longer examples are dropped and counted.
+    - ``max_grad_norm``: gradient clipping norm (``0`` disables clipping).
+    """
+
+    num_problems: int = field(default=64, metadata={"help": "Instances the oracle plays for demonstrations."})
+    seed_start: int = field(default=0, metadata={"help": "First demonstration instance seed."})
+    epochs: int = field(default=3, metadata={"help": "Passes over each policy's demonstrations."})
+    learning_rate: float = field(default=1e-3, metadata={"help": "AdamW learning rate (constant)."})
+    batch_size: int = field(default=8, metadata={"help": "Demonstrations per optimizer step."})
+    max_length: int = field(default=1024, metadata={"help": "Longest prompt + response kept, in tokens."})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm; 0 disables it."})
+
+    def __post_init__(self) -> None:
+        for name in ("num_problems", "epochs", "batch_size", "max_length"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}")
+        if isinstance(self.seed_start, bool) or not isinstance(self.seed_start, int) or self.seed_start < 0:
+            raise ValueError(f"`seed_start` must be an integer >= 0, got {self.seed_start!r}")
+        if not (isinstance(self.learning_rate, (int, float)) and self.learning_rate > 0):
+            raise ValueError(f"`learning_rate` must be > 0, got {self.learning_rate!r}")
+        if not (isinstance(self.max_grad_norm, (int, float)) and self.max_grad_norm >= 0):
+            raise ValueError(f"`max_grad_norm` must be >= 0, got {self.max_grad_norm!r}")
+
+    @property
+    def seeds(self) -> range:
+        """The demonstration instance seeds."""
+        return range(self.seed_start, self.seed_start + self.num_problems)
+
+
+# ---- tokenization and the loss (pure) ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TokenizedExample:
+    """One demonstration as token ids: the rendered prompt and the response followed by EOS."""
+
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]
+
+    def __len__(self) -> int:
+        return len(self.prompt_ids) + len(self.completion_ids)
+
+
+def tokenize_demonstration(prompt: Any, response: str, tokenizer, eos_token_id: int) -> TokenizedExample:
+    """Prompt ids exactly as the rollout engine renders ``prompt``; response ids + ``eos_token_id``."""
+    if not isinstance(response, str):
+        raise TypeError(f"`response` must be a str, got {type(response).__name__}")
+    prompt_ids = render_prompt(prompt, tokenizer)
+    response_ids = list(tokenizer(response, add_special_tokens=False)["input_ids"])
+    return TokenizedExample(tuple(prompt_ids), tuple(int(t) for t in response_ids) + (int(eos_token_id),))
+
+
+def tokenize_demonstrations(
+    demos: Sequence[tuple[Any, str]], tokenizer, eos_token_id: int, max_length: int
+) -> tuple[list[TokenizedExample], int]:
+    """``(examples no longer than max_length tokens, how many were dropped for length)``."""
+    kept: list[TokenizedExample] = []
+    dropped = 0
+    for prompt, response in demos:
+        example = tokenize_demonstration(prompt, response, tokenizer, eos_token_id)
+        if len(example) > max_length:
+            dropped += 1
+        else:
+            kept.append(example)
+    return kept, dropped
+
+
+def sft_loss(logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean negative log-likelihood over the real completion tokens of a batch (token-level mean)."""
+    if logprobs.shape != mask.shape:
+        raise ValueError(f"`logprobs` {tuple(logprobs.shape)} and `mask` {tuple(mask.shape)} must match")
+    count = mask.sum()
+    if int(count) == 0:
+        raise ValueError("`mask` selects no tokens: every completion in the batch is empty")
+    return -(logprobs * mask).sum() / count
+
+
+def shuffled_batches(num_examples: int, batch_size: int, generator: torch.Generator) -> list[list[int]]:
+    """One epoch's example indices: a permutation drawn from ``generator``, cut into batches."""
+    order = torch.randperm(num_examples, generator=generator).tolist()
+    return [order[i : i + batch_size] for i in range(0, num_examples, batch_size)]
+
+
+# ---- training --------------------------------------------------------------------------------------
+
+def _policy_examples(
+    policy, demos_by_agent: Mapping[str, Sequence[tuple[Any, str]]], policy_name: str, max_length: int
+) -> tuple[list[TokenizedExample], int, int]:
+    handle = policy.handle(policy_name)
+    eos = eos_token_ids(handle.model, handle.tokenizer)
+    if not eos:
+        raise ValueError(f"policy {policy_name!r}: the tokenizer and model define no EOS token to end responses")
+    demos = [d for agent in policy.agents_of(policy_name) for d in demos_by_agent.get(agent, ())]
+    examples, dropped = tokenize_demonstrations(demos, handle.tokenizer, eos[0], max_length)
+    return examples, dropped, pad_token_id(handle.tokenizer, eos)
+
+
+def sft_warm_start(
+    policy,
+    demos_by_agent: Mapping[str, Sequence[tuple[Any, str]]],
+    *,
+    epochs: int,
+    learning_rate: float,
+    batch_size: int,
+    seed: int,
+    max_length: int,
+    max_grad_norm: float = 1.0,
+    logger=None,
+    progress: bool = True,
+) -> dict[str, float]:
+    """Fine-tune every policy of ``policy`` on its agents' demonstrations; returns summary metrics.
+
+    ``demos_by_agent`` maps agent names to ``(prompt, response)`` pairs. ``logger`` (a
+    :class:`comlrl.reporting.MetricsLogger`) receives ``sft/<policy>/loss`` and ``sft/<policy>/grad_norm``
+    every step. The summary holds per policy ``examples``, ``dropped_too_long``, ``steps``,
+    ``loss_first_step`` (the untrained policy's loss on its first batch), ``loss_epoch<i>`` (mean loss
+    of epoch i, from 1) and ``loss_first`` / ``loss_last`` (first / last epoch's mean). Shuffling draws
+    from a generator seeded by ``(seed, policy)``; dropout, if any, from torch's generator seeded by
+    ``seed`` inside a forked RNG state, so the caller's random streams are left as they were.
+    """
+    config = SFTWarmStartConfig(
+        epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, max_length=max_length,
+        max_grad_norm=max_grad_norm,
+    )
+    unknown = sorted(set(demos_by_agent) - set(policy.agents))
+    if unknown:
+        raise ValueError(f"`demos_by_agent` names agent(s) {unknown} that the policy lacks; agents: {policy.agents}")
+
+    plans = []
+    metrics: dict[str, float] = {}
+    for name in policy.policies:
+        examples, dropped, pad_id = _policy_examples(policy, demos_by_agent, name, config.max_length)
+        metrics[f"sft/{name}/examples"] = float(len(examples))
+        metrics[f"sft/{name}/dropped_too_long"] = float(dropped)
+        if dropped:
+            log.warning("sft: policy %r dropped %d demonstration(s) longer than max_length=%d",
+                        name, dropped, config.max_length)
+        if not examples:
+            log.warning("sft: policy %r has no demonstrations (agents %s); it is not trained",
+                        name, policy.agents_of(name))
+            continue
+        plans.append((name, examples, pad_id))
+    total_steps = sum(config.epochs * math.ceil(len(ex) / config.batch_size) for _, ex, _ in plans)
+
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=total_steps, desc="sft", disable=not progress, dynamic_ncols=True)
+    step = 0
+    with torch.random.fork_rng(devices=_cuda_devices(policy)):
+        torch.manual_seed(derive_seed(seed, "sft", "dropout"))
+        for name, examples, pad_id in plans:
+            step = _train_policy(policy, name, examples, pad_id, config, seed, logger, bar, step, metrics)
+    bar.close()
+    firsts = [metrics[f"sft/{n}/loss_first"] for n, _, _ in plans]
+    lasts = [metrics[f"sft/{n}/loss_last"] for n, _, _ in plans]
+    if plans:
+        metrics["sft/loss_first"] = sum(firsts) / len(firsts)
+        metrics["sft/loss_last"] = sum(lasts) / len(lasts)
+    metrics["sft/steps"] = float(step)
+    return metrics
+
+
+def _cuda_devices(policy) -> list[int]:
+    """CUDA device indices holding the policy's models (whose RNG state the warm start forks)."""
+    devices = {next(m.parameters()).device for m in policy.models()}
+    return sorted(d.index or 0 for d in devices if d.type == "cuda")
+
+
+def _train_policy(policy, name, examples, pad_id, config, seed, logger, bar, step, metrics) -> int:
+    handle = policy.handle(name)
+    model = handle.model
+    params = policy.trainable_parameters(name)
+    if not params:
+        raise ValueError(f"policy {name!r} has no trainable parameters")
+    optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=0.0)
+    generator = torch.Generator().manual_seed(derive_seed(seed, "sft", "shuffle", name))
+    was_training = model.training
+    model.train()
+    epoch_means: list[float] = []
+    first_step, first_step_loss = step, math.nan
+    try:
+        with policy.activate(name):
+            for epoch in range(config.epochs):
+                losses: list[float] = []
+                for batch in shuffled_batches(len(examples), config.batch_size, generator):
+                    rows = [examples[i] for i in batch]
+                    logprobs, mask = completion_logprobs(
+                        model,
+                        [r.prompt_ids for r in rows],
+                        [r.completion_ids for r in rows],
+                        pad_token_id=pad_id,
+                        requires_grad=True,
+                    )
+                    loss = sft_loss(logprobs, mask)
+                    if not torch.isfinite(loss):
+                        raise FloatingPointError(
+                            f"sft: non-finite loss {loss.item()} for policy {name!r} at epoch {epoch + 1}; "
+                            f"lower `learning_rate` (got {config.learning_rate})"
+                        )
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    # max_norm = inf measures the norm without clipping.
+                    limit = config.max_grad_norm if config.max_grad_norm > 0 else math.inf
+                    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, limit))
+                    optimizer.step()
+                    policy.bump_version(name)
+                    step += 1
+                    losses.append(loss.item())
+                    if step == first_step + 1:
+                        first_step_loss = losses[-1]  # the untrained policy's loss on its first batch
+                    if logger is not None:
+                        logger.log({f"sft/{name}/loss": losses[-1], f"sft/{name}/grad_norm": grad_norm}, step=step)
+                    bar.update(1)
+                    bar.set_postfix(policy=name, epoch=epoch + 1, loss=f"{losses[-1]:.3f}")
+                epoch_means.append(sum(losses) / len(losses))
+                metrics[f"sft/{name}/loss_epoch{epoch + 1}"] = epoch_means[-1]
+    finally:
+        optimizer.zero_grad(set_to_none=True)
+        model.train(was_training)
+    metrics[f"sft/{name}/steps"] = float(config.epochs * math.ceil(len(examples) / config.batch_size))
+    metrics[f"sft/{name}/loss_first_step"] = first_step_loss
+    metrics[f"sft/{name}/loss_first"] = epoch_means[0]
+    metrics[f"sft/{name}/loss_last"] = epoch_means[-1]
+    return step
+
+
+# ---- the pipeline stage ----------------------------------------------------------------------------
+
+def sft_stage(
+    policy,
+    config: Mapping[str, Any],
+    *,
+    held_out_seeds: range | Sequence[int] | None = None,
+    logger=None,
+    progress: bool = True,
+    env_worker: Any = None,
+) -> dict[str, float]:
+    """The ``sft`` stage of a resolved run config: oracle demonstrations on ``sft`` seeds, then
+    :func:`sft_warm_start` with the ``sft`` section's settings and ``run.seed``.
+
+    ``held_out_seeds`` defaults to the ``eval`` section's instances; they must not overlap the
+    demonstration seeds.
+    """
+    from pettingllms.config.loader import env_arguments, section_to_dataclass
+    from pettingllms.trainer.demonstrations import make_demonstrations
+
+    settings = section_to_dataclass(SFTWarmStartConfig, config["sft"], "sft")
+    if held_out_seeds is None:
+        held_out_seeds = range(config["eval"]["seed_start"], config["eval"]["seed_start"] + config["eval"]["num_instances"])
+    env_name, env_fields, agent_options = env_arguments(config)
+    demos = make_demonstrations(
+        env_name, env_fields, settings.seeds, agent_options=agent_options, held_out_seeds=held_out_seeds,
+        env_worker=env_worker,
+    )
+    return sft_warm_start(
+        policy, demos, epochs=settings.epochs, learning_rate=settings.learning_rate,
+        batch_size=settings.batch_size, seed=config["run"]["seed"], max_length=settings.max_length,
+        max_grad_norm=settings.max_grad_norm, logger=logger, progress=progress,
+    )
