@@ -29,7 +29,7 @@ import logging
 import os
 import shutil
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -1049,6 +1049,24 @@ def _disable_dropout(model: nn.Module) -> None:
     for name in ("attention_dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop", "hidden_dropout"):
         if config is not None and isinstance(getattr(config, name, None), float):
             setattr(config, name, 0.0)
+
+
+@contextmanager
+def scoring_mode(model: nn.Module, disable_dropout: bool) -> Iterator[None]:
+    """Eval mode while scoring the sampled tokens when ``disable_dropout`` (deterministic log-probs), else
+    train mode; the model's mode is restored afterwards."""
+    was_training = model.training
+    model.train(not disable_dropout)
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+def pad_token_id(tokenizer: Any) -> int:
+    """The tokenizer's pad id, else its EOS id (padding is masked out of every score)."""
+    pad = tokenizer.pad_token_id
+    return int(pad if pad is not None else tokenizer.eos_token_id)
 
 
 def _resolve_formatters(formatters: Any, count: int) -> list[Callable[[Any], Any]]:

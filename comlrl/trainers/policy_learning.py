@@ -42,8 +42,7 @@ import copy
 import logging
 import math
 import os
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,7 +61,13 @@ from comlrl.rl import (
     value_loss,
 )
 from comlrl.seeding import derive_seed
-from comlrl.trainers.base import CheckpointPlan, ItemSample, MultiAgentTrainerBase
+from comlrl.trainers.base import (
+    CheckpointPlan,
+    ItemSample,
+    MultiAgentTrainerBase,
+    pad_token_id,
+    scoring_mode,
+)
 from comlrl.trainers.reference_kl import ReferencePolicy, shaped_rewards
 
 logger = logging.getLogger(__name__)
@@ -308,7 +313,7 @@ class PolicyLearner:
         for a, agent in enumerate(trainer.agent_names):
             model = trainer.policy.handle(agent).model
             # Backward inside the block: peft only lets the active adapter accumulate gradients.
-            with trainer.policy.activate(agent), self._scoring_mode(model):
+            with trainer.policy.activate(agent), scoring_mode(model, args.disable_dropout):
                 out = self.agent_loss(a, samples, returns, groups, critic_values)
                 if not bool(torch.isfinite(out.total)):
                     return self._skip(f"update {trainer.updates_seen + 1} ({where}), agent {a}")
@@ -353,7 +358,7 @@ class PolicyLearner:
         handle = trainer.policy.handle(agent)
         prompts = [c.prompt_token_ids for s in samples for c in s.candidates[agent]]
         completions = [c.token_ids for s in samples for c in s.candidates[agent]]
-        pad = _pad_id(handle.tokenizer)
+        pad = pad_token_id(handle.tokenizer)
         logprobs, mask = _completion_logprobs(handle.model, prompts, completions, pad, args)
         device = logprobs.device
         kl = torch.zeros(len(completions), device=device)
@@ -500,16 +505,6 @@ class PolicyLearner:
         self._zero_grad()
         self.trainer.record_nonfinite(where)
         return None
-
-    @contextmanager
-    def _scoring_mode(self, model: nn.Module) -> Iterator[None]:
-        """Eval mode while scoring when ``disable_dropout`` (deterministic log-probs), else train mode."""
-        was_training = model.training
-        model.train(not self.args.disable_dropout)
-        try:
-            yield
-        finally:
-            model.train(was_training)
 
     # ------------------------------------------------------------------------------------ checkpoints
     def on_fresh_run(self, output_dir: str | os.PathLike) -> None:
@@ -676,8 +671,3 @@ def _check_rewards(rewards: Any, samples: Sequence[ItemSample], k: int) -> None:
                 raise RuntimeError(
                     f"non-finite reward {value} for item {samples[i].item_index}, response {j}"
                 )
-
-
-def _pad_id(tokenizer) -> int:
-    pad = tokenizer.pad_token_id
-    return int(pad if pad is not None else tokenizer.eos_token_id)

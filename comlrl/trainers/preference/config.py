@@ -31,7 +31,7 @@ import urllib.parse
 import warnings
 from dataclasses import dataclass, field, fields
 from numbers import Integral, Real
-from typing import Any
+from typing import Any, TypeVar
 
 from comlrl.rl import CRITIC_TYPES, ESTIMATORS, KL_ESTIMATORS, LOSS_TYPES, RL_ALGORITHM_ESTIMATORS
 from comlrl.rollout.api import KNOWN_FORMATS
@@ -283,12 +283,147 @@ def _override(owner: type, name: str, default: Any, note: str) -> Any:
 
 
 # --------------------------------------------------------------------------------------------------
+# What every trainer config shares: these four, and the online RL configs of
+# comlrl.trainers.reinforce.config and comlrl.trainers.actor_critic.config
+# --------------------------------------------------------------------------------------------------
+
+
+def _normalize_report_to(value: Any) -> list[str]:
+    """``report_to`` as a list of sink names (``[]`` for none); a comma-separated string is split."""
+    if value is None:
+        return []
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not all(isinstance(v, str) for v in items):
+        raise ValueError(f"`report_to` must be a string or a list of strings, got {value!r}")
+    names = [v.strip().lower() for v in items if v.strip()]
+    if names == ["none"] or not names:
+        return []
+    for name in names:
+        if name not in REPORT_TO_CHOICES:
+            raise ValueError(
+                f"`report_to` must be 'none' or any of: {', '.join(REPORT_TO_CHOICES)}, got {value!r}"
+            )
+    return list(dict.fromkeys(names))
+
+
+_Config = TypeVar("_Config", bound="_TrainerConfigBase")
+
+
+class _TrainerConfigBase:
+    """Steps and derived values common to every trainer config (a base without fields).
+
+    Each config declares the shared fields (``num_agents``, devices, sampling, evaluation, logging and
+    outputs) itself, with its own order, defaults and help, and calls the shared steps below where its own
+    ``_normalize`` and ``_validate`` need them, so the first error reported stays the same field.
+    """
+
+    # Fields that ``to_dict(redact_secrets=True)`` sets to None.
+    _secret_fields = ()
+
+    def __post_init__(self) -> None:
+        self._normalize()
+        self._resolve()
+        self._validate()
+        self._warn_ineffective()
+
+    def _warn_ineffective(self) -> None:
+        pass
+
+    def _normalize_parallel_training(self) -> None:
+        parallel = "none" if self.parallel_training is None else self.parallel_training
+        self.parallel_training = canonical_choice(
+            "parallel_training", parallel, PARALLEL_TRAINING_MODES, PARALLEL_TRAINING_ALIASES
+        )
+
+    def _normalize_devices_and_outputs(self) -> None:
+        self.agent_devices = _normalize_devices("agent_devices", self.agent_devices)
+        self.reference_devices = _normalize_devices("reference_devices", self.reference_devices)
+        self.report_to = _normalize_report_to(self.report_to)
+        if isinstance(self.output_dir, os.PathLike):
+            self.output_dir = os.fspath(self.output_dir)
+
+    def _resolve(self) -> None:
+        if self.train_batch_size is None:
+            self.train_batch_size = self.rollout_buffer_size
+
+    def _validate_agents_and_sampling(self, num_models: int) -> None:
+        """The agent, device and sampling fields; device lists hold one entry or ``num_models``."""
+        _check_int("num_agents", self.num_agents, 1)
+        if self.parallel_training == "mp" and self.agent_devices is None:
+            raise ValueError(
+                "`agent_devices` is required when `parallel_training='mp'` (one device per agent)"
+            )
+        _check_devices("agent_devices", self.agent_devices)
+        _check_devices("reference_devices", self.reference_devices)
+        _check_device_count("agent_devices", self.agent_devices, num_models)
+        _check_device_count("reference_devices", self.reference_devices, num_models)
+        _check_bool("disable_dropout", self.disable_dropout)
+
+        _check_int("max_new_tokens", self.max_new_tokens, 1)
+        _check_float("temperature", self.temperature, gt=0)
+        _check_float("top_p", self.top_p, gt=0, le=1)
+        _check_int("top_k", self.top_k, 0, optional=True)
+
+    def _validate_eval_and_outputs(self) -> None:
+        _check_int("eval_interval", self.eval_interval, 0)
+        _check_int("eval_num_samples", self.eval_num_samples, 0)
+        _check_int("eval_batch_size", self.eval_batch_size, 1)
+
+        _check_str("output_dir", self.output_dir)
+        _check_int("seed", self.seed)
+        _check_str("run_name", self.run_name, optional=True)
+        _check_int("logging_steps", self.logging_steps, 1)
+        _check_str("logging_dir", self.logging_dir, optional=True)
+        _check_bool("disable_tqdm", self.disable_tqdm)
+        _check_int("save_total_limit", self.save_total_limit, 1, optional=True)
+
+    # -- derived values -----------------------------------------------------------------------------
+    @property
+    def resolved_logging_dir(self) -> str:
+        """``logging_dir``, or ``<output_dir>/logs``."""
+        return self.logging_dir if self.logging_dir is not None else os.path.join(self.output_dir, "logs")
+
+    def resolved_top_k(self, model_default: int | None = None) -> int:
+        """Top-k to sample with (0 = off): ``top_k``, else the model's generation config, else 50
+        (transformers' default)."""
+        if self.top_k is not None:
+            return self.top_k
+        return model_default if model_default is not None else 50
+
+    # -- dict round trip (checkpoints) --------------------------------------------------------------
+    def to_dict(self, *, redact_secrets: bool = True) -> dict[str, Any]:
+        """Every field by name. Lists and dicts are copied, objects (models) are not; with ``redact_secrets``
+        the secret fields (a literal ``comparator_api_key``) are left out (set to None), so they never reach
+        a checkpoint."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, list):
+                value = list(value)
+            elif isinstance(value, dict):
+                value = dict(value)
+            if redact_secrets and f.name in self._secret_fields:
+                value = None
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls: type[_Config], values: dict[str, Any]) -> _Config:
+        """Inverse of :meth:`to_dict`; an unknown key is an error naming it."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown field(s) for {cls.__name__}: {', '.join(unknown)}")
+        return cls(**values)
+
+
+# --------------------------------------------------------------------------------------------------
 # MADPO
 # --------------------------------------------------------------------------------------------------
 
 
 @dataclass
-class MADPOConfig:
+class MADPOConfig(_TrainerConfigBase):
     r"""
     Configuration class for [`MADPOTrainer`]: Multi-Agent Direct Preference Optimization.
 
@@ -510,22 +645,14 @@ class MADPOConfig:
     # Class-level switches for the subclasses (not fields).
     _iterative = False
     _uses_reference_kl = False
-
-    def __post_init__(self) -> None:
-        self._normalize()
-        self._resolve()
-        self._validate()
-        self._warn_ineffective()
+    _secret_fields = _SECRET_FIELDS
 
     # -- step 1: canonical values -------------------------------------------------------------------
     def _normalize(self) -> None:
         self.collaboration_mode = canonical_choice(
             "collaboration_mode", self.collaboration_mode, COLLABORATION_MODES, GENERATION_MODE_ALIASES
         )
-        parallel = "none" if self.parallel_training is None else self.parallel_training
-        self.parallel_training = canonical_choice(
-            "parallel_training", parallel, PARALLEL_TRAINING_MODES, PARALLEL_TRAINING_ALIASES
-        )
+        self._normalize_parallel_training()
         if not isinstance(self.joint_mode, str) or self.joint_mode.strip().lower() not in (
             *JOINT_MODES,
             *JOINT_MODE_ALIASES,
@@ -541,53 +668,15 @@ class MADPOConfig:
             self.pair_selection, self.preference_pairs_per_sample, iterative=self._iterative
         )
         self.advantage_mode = canonical_choice("advantage_mode", self.advantage_mode, ESTIMATORS)
-        self.agent_devices = _normalize_devices("agent_devices", self.agent_devices)
-        self.reference_devices = _normalize_devices("reference_devices", self.reference_devices)
-        self.report_to = self._normalize_report_to(self.report_to)
-        if isinstance(self.output_dir, os.PathLike):
-            self.output_dir = os.fspath(self.output_dir)
+        self._normalize_devices_and_outputs()
         if isinstance(self.logging_dir, os.PathLike):
             self.logging_dir = os.fspath(self.logging_dir)
 
-    @staticmethod
-    def _normalize_report_to(value: Any) -> list[str]:
-        if value is None:
-            return []
-        items = value.split(",") if isinstance(value, str) else value
-        if not isinstance(items, (list, tuple)) or not all(isinstance(v, str) for v in items):
-            raise ValueError(f"`report_to` must be a string or a list of strings, got {value!r}")
-        names = [v.strip().lower() for v in items if v.strip()]
-        if names == ["none"] or not names:
-            return []
-        for name in names:
-            if name not in REPORT_TO_CHOICES:
-                raise ValueError(
-                    f"`report_to` must be 'none' or any of: {', '.join(REPORT_TO_CHOICES)}, got {value!r}"
-                )
-        return list(dict.fromkeys(names))
-
-    # -- step 2: defaults the public library fills in place ----------------------------------------
-    def _resolve(self) -> None:
-        if self.train_batch_size is None:
-            self.train_batch_size = self.rollout_buffer_size
+    # -- step 2 (defaults the public library fills in place) is _TrainerConfigBase._resolve ---------
 
     # -- step 3: rules ------------------------------------------------------------------------------
     def _validate(self) -> None:
-        _check_int("num_agents", self.num_agents, 1)
-        if self.parallel_training == "mp" and self.agent_devices is None:
-            raise ValueError(
-                "`agent_devices` is required when `parallel_training='mp'` (one device per agent)"
-            )
-        _check_devices("agent_devices", self.agent_devices)
-        _check_devices("reference_devices", self.reference_devices)
-        _check_device_count("agent_devices", self.agent_devices, self.num_actor_models)
-        _check_device_count("reference_devices", self.reference_devices, self.num_actor_models)
-        _check_bool("disable_dropout", self.disable_dropout)
-
-        _check_int("max_new_tokens", self.max_new_tokens, 1)
-        _check_float("temperature", self.temperature, gt=0)
-        _check_float("top_p", self.top_p, gt=0, le=1)
-        _check_int("top_k", self.top_k, 0, optional=True)
+        self._validate_agents_and_sampling(self.num_actor_models)
 
         _check_int("preference_num_candidates", self.preference_num_candidates, 2)
         _check_int("num_turns", self.num_turns)
@@ -610,17 +699,7 @@ class MADPOConfig:
         _check_bool("reference_kl_enabled", self.reference_kl_enabled)
         _check_float("reference_kl_coef", self.reference_kl_coef, ge=0)
 
-        _check_int("eval_interval", self.eval_interval, 0)
-        _check_int("eval_num_samples", self.eval_num_samples, 0)
-        _check_int("eval_batch_size", self.eval_batch_size, 1)
-
-        _check_str("output_dir", self.output_dir)
-        _check_int("seed", self.seed)
-        _check_str("run_name", self.run_name, optional=True)
-        _check_int("logging_steps", self.logging_steps, 1)
-        _check_str("logging_dir", self.logging_dir, optional=True)
-        _check_bool("disable_tqdm", self.disable_tqdm)
-        _check_int("save_total_limit", self.save_total_limit, 1, optional=True)
+        self._validate_eval_and_outputs()
 
     def _warn_ineffective(self) -> None:
         if self.reference_kl_enabled and not self._uses_reference_kl:
@@ -629,7 +708,7 @@ class MADPOConfig:
                 "reference model is loaded"
             )
 
-    # -- derived values -----------------------------------------------------------------------------
+    # -- derived values (and resolved_logging_dir, resolved_top_k, to_dict, from_dict) ------------------
     @property
     def is_centralized(self) -> bool:
         """One actor model writes every role (``collaboration_mode='centralized'``)."""
@@ -639,43 +718,6 @@ class MADPOConfig:
     def num_actor_models(self) -> int:
         """Actor models the trainer holds: one under centralized collaboration, else ``num_agents``."""
         return 1 if self.is_centralized else self.num_agents
-
-    @property
-    def resolved_logging_dir(self) -> str:
-        """``logging_dir``, or ``<output_dir>/logs``."""
-        return self.logging_dir if self.logging_dir is not None else os.path.join(self.output_dir, "logs")
-
-    def resolved_top_k(self, model_default: int | None = None) -> int:
-        """Top-k to sample with (0 = off): ``top_k``, else the model's generation config, else 50
-        (transformers' default)."""
-        if self.top_k is not None:
-            return self.top_k
-        return model_default if model_default is not None else 50
-
-    # -- dict round trip (checkpoints) --------------------------------------------------------------
-    def to_dict(self, *, redact_secrets: bool = True) -> dict[str, Any]:
-        """Every field by name. Lists and dicts are copied, objects (models) are not; with ``redact_secrets``
-        a literal ``comparator_api_key`` is left out (set to None), so it never reaches a checkpoint."""
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, list):
-                value = list(value)
-            elif isinstance(value, dict):
-                value = dict(value)
-            if redact_secrets and f.name in _SECRET_FIELDS:
-                value = None
-            out[f.name] = value
-        return out
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> MADPOConfig:
-        """Inverse of :meth:`to_dict`; an unknown key is an error naming it."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown field(s) for {cls.__name__}: {', '.join(unknown)}")
-        return cls(**values)
 
 
 # --------------------------------------------------------------------------------------------------

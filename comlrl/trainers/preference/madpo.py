@@ -26,6 +26,7 @@ import torch
 
 from comlrl.scoring import completion_logprobs
 from comlrl.seeding import derive_seed
+from comlrl.trainers.base import pad_token_id, scoring_mode
 from comlrl.trainers.preference.base import PreferenceTrainerBase
 from comlrl.trainers.preference.config import MADPOConfig
 from comlrl.trainers.preference.losses import (
@@ -98,12 +99,12 @@ class MADPOTrainer(PreferenceTrainerBase):
             completions = [pair.winner_token_ids[a] for pair in batch] + [
                 pair.loser_token_ids[a] for pair in batch
             ]
-            with self.policy.activate(agent), self._scoring_mode(handle.model):
+            with self.policy.activate(agent), scoring_mode(handle.model, self.args.disable_dropout):
                 logprobs, mask = completion_logprobs(
                     handle.model,
                     prompts + prompts,
                     completions,
-                    pad_token_id=_pad_id(handle.tokenizer),
+                    pad_token_id=pad_token_id(handle.tokenizer),
                     exclude_last_token=self.args.exclude_last_completion_token,
                     requires_grad=True,
                 )
@@ -146,16 +147,6 @@ class MADPOTrainer(PreferenceTrainerBase):
         return metrics
 
     @contextmanager
-    def _scoring_mode(self, model: torch.nn.Module) -> Iterator[None]:
-        """Eval mode while scoring when ``disable_dropout`` (deterministic margins), else train mode."""
-        was_training = model.training
-        model.train(not self.args.disable_dropout)
-        try:
-            yield
-        finally:
-            model.train(was_training)
-
-    @contextmanager
     def _all_adapters_trainable(self) -> Iterator[None]:
         """Let gradients reach every agent's LoRA adapter during backward.
 
@@ -172,8 +163,3 @@ class MADPOTrainer(PreferenceTrainerBase):
         finally:
             for p, flag in zip(params, flags):
                 p.requires_grad_(flag)
-
-
-def _pad_id(tokenizer) -> int:
-    pad = tokenizer.pad_token_id
-    return int(pad if pad is not None else tokenizer.eos_token_id)

@@ -13,24 +13,16 @@ driving later turns; multi-turn is out of scope, see ``docs/compatibility.md``).
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
 from comlrl.rl import ESTIMATORS, KL_ESTIMATORS, LOSS_TYPES
 from comlrl.trainers.preference.config import (
-    PARALLEL_TRAINING_ALIASES,
-    PARALLEL_TRAINING_MODES,
-    REPORT_TO_CHOICES,
     _check_bool,
-    _check_device_count,
-    _check_devices,
     _check_float,
     _check_int,
-    _check_str,
     _help,
-    _normalize_devices,
     _override,
+    _TrainerConfigBase,
     canonical_choice,
 )
 
@@ -45,7 +37,7 @@ ALGORITHM_BY_ESTIMATOR = {"mean": "magrpo", "raw": "mareinforce", "rloo": "marlo
 
 
 @dataclass
-class OnlineRLConfig:
+class OnlineRLConfig(_TrainerConfigBase):
     r"""
     Fields shared by [`MAGRPOConfig`], [`IACConfig`] and [`MAACConfig`] (the online RL trainers); not used on
     its own.
@@ -183,46 +175,17 @@ class OnlineRLConfig:
     # The smallest num_generations the trainer can learn from (a group baseline needs two).
     _min_generations = 1
 
-    def __post_init__(self) -> None:
-        self._normalize()
-        self._resolve()
-        self._validate()
-
     def _normalize(self) -> None:
-        parallel = "none" if self.parallel_training is None else self.parallel_training
-        self.parallel_training = canonical_choice(
-            "parallel_training", parallel, PARALLEL_TRAINING_MODES, PARALLEL_TRAINING_ALIASES
-        )
+        self._normalize_parallel_training()
         self.joint_mode = canonical_choice("joint_mode", self.joint_mode, ("aligned",), {"align": "aligned"})
         self.loss_type = canonical_choice("loss_type", self.loss_type, LOSS_TYPES)
         self.reference_kl_estimator = canonical_choice(
             "reference_kl_estimator", self.reference_kl_estimator, KL_ESTIMATORS
         )
-        self.agent_devices = _normalize_devices("agent_devices", self.agent_devices)
-        self.reference_devices = _normalize_devices("reference_devices", self.reference_devices)
-        self.report_to = _normalize_report_to(self.report_to)
-        if isinstance(self.output_dir, os.PathLike):
-            self.output_dir = os.fspath(self.output_dir)
-
-    def _resolve(self) -> None:
-        if self.train_batch_size is None:
-            self.train_batch_size = self.rollout_buffer_size
+        self._normalize_devices_and_outputs()
 
     def _validate(self) -> None:
-        _check_int("num_agents", self.num_agents, 1)
-        if self.parallel_training == "mp" and self.agent_devices is None:
-            raise ValueError(
-                "`agent_devices` is required when `parallel_training='mp'` (one device per agent)"
-            )
-        _check_devices("agent_devices", self.agent_devices)
-        _check_devices("reference_devices", self.reference_devices)
-        _check_device_count("agent_devices", self.agent_devices, self.num_agents)
-        _check_device_count("reference_devices", self.reference_devices, self.num_agents)
-        _check_bool("disable_dropout", self.disable_dropout)
-        _check_int("max_new_tokens", self.max_new_tokens, 1)
-        _check_float("temperature", self.temperature, gt=0)
-        _check_float("top_p", self.top_p, gt=0, le=1)
-        _check_int("top_k", self.top_k, 0, optional=True)
+        self._validate_agents_and_sampling(self.num_agents)
         _check_int("num_turns", self.num_turns, 1)
         if self.num_turns != 1:
             raise ValueError(f"`num_turns` must be 1: {SINGLE_TURN_NOTE}; got {self.num_turns}")
@@ -245,66 +208,12 @@ class OnlineRLConfig:
         _check_float("reference_kl_coef", self.reference_kl_coef, ge=0)
         _check_int("max_nonfinite_losses_in_a_row", self.max_nonfinite_losses_in_a_row, 1)
         _check_bool("use_environment_step", self.use_environment_step)
-        _check_int("eval_interval", self.eval_interval, 0)
-        _check_int("eval_num_samples", self.eval_num_samples, 0)
-        _check_int("eval_batch_size", self.eval_batch_size, 1)
-        _check_str("output_dir", self.output_dir)
-        _check_int("seed", self.seed)
-        _check_str("run_name", self.run_name, optional=True)
-        _check_int("logging_steps", self.logging_steps, 1)
-        _check_str("logging_dir", self.logging_dir, optional=True)
-        _check_bool("disable_tqdm", self.disable_tqdm)
-        _check_int("save_total_limit", self.save_total_limit, 1, optional=True)
+        self._validate_eval_and_outputs()
 
-    # -- derived values -----------------------------------------------------------------------------
-    @property
-    def resolved_logging_dir(self) -> str:
-        return self.logging_dir if self.logging_dir is not None else os.path.join(self.output_dir, "logs")
-
-    def resolved_top_k(self, model_default: int | None = None) -> int:
-        """Top-k to sample with (0 = off): ``top_k``, else the model's generation config, else 50."""
-        if self.top_k is not None:
-            return self.top_k
-        return model_default if model_default is not None else 50
-
+    # -- derived values (and resolved_logging_dir, resolved_top_k, to_dict, from_dict) ------------------
     @property
     def uses_critic(self) -> bool:
         return False
-
-    def to_dict(self) -> dict[str, Any]:
-        """Every field by name (lists and dicts copied)."""
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            out[f.name] = (
-                list(value) if isinstance(value, list) else dict(value) if isinstance(value, dict) else value
-            )
-        return out
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> OnlineRLConfig:
-        """Inverse of :meth:`to_dict`; an unknown key is an error naming it."""
-        unknown = sorted(set(values) - {f.name for f in fields(cls)})
-        if unknown:
-            raise ValueError(f"unknown field(s) for {cls.__name__}: {', '.join(unknown)}")
-        return cls(**values)
-
-
-def _normalize_report_to(value: Any) -> list[str]:
-    if value is None:
-        return []
-    items = value.split(",") if isinstance(value, str) else value
-    if not isinstance(items, (list, tuple)) or not all(isinstance(v, str) for v in items):
-        raise ValueError(f"`report_to` must be a string or a list of strings, got {value!r}")
-    names = [v.strip().lower() for v in items if v.strip()]
-    if names == ["none"] or not names:
-        return []
-    for name in names:
-        if name not in REPORT_TO_CHOICES:
-            raise ValueError(
-                f"`report_to` must be 'none' or any of: {', '.join(REPORT_TO_CHOICES)}, got {value!r}"
-            )
-    return list(dict.fromkeys(names))
 
 
 @dataclass
