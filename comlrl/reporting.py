@@ -54,11 +54,13 @@ class MetricsLogger:
         config: Mapping[str, Any] | None = None,
         wandb_kwargs: Mapping[str, Any] | None = None,
         filename: str = "metrics.jsonl",
+        tensorboard_dir: str | os.PathLike | None = None,
     ) -> None:
         self.output_dir = Path(output_dir)
         self.output_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.output_dir / filename
         self.reporters = normalize_report_to(report_to)
+        self.tensorboard_dir = Path(tensorboard_dir) if tensorboard_dir else self.output_dir / "tensorboard"
         self.history: list[dict[str, Any]] = []
         self._tb = None
         self._wandb_run = None
@@ -67,7 +69,7 @@ class MetricsLogger:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError as error:
                 raise ImportError("report_to='tensorboard' needs `pip install tensorboard`") from error
-            self._tb = SummaryWriter(log_dir=str(self.output_dir / "tensorboard"))
+            self._tb = SummaryWriter(log_dir=str(self.tensorboard_dir))
         if "wandb" in self.reporters:
             try:
                 import wandb

@@ -709,7 +709,7 @@ def test_derived_values():
     )
     assert cfg.resolved_comparator_history_k == 3 and cfg.resolved_comparator_num_candidates == 2
     assert cfg.resolved_preference_replay_dir == "elsewhere" and cfg.resolved_logging_dir == "tb"
-    assert cfg.saves_policy_snapshots
+    assert not cfg.saves_policy_snapshots  # the history comparator keeps its snapshots in memory
     assert MADPOIterConfig(policy_checkpoint_dir="snaps").saves_policy_snapshots
     assert MADPOConfig(rollout_buffer_size=5).train_batch_size == 5
     assert MADPOConfig(rollout_buffer_size=5, train_batch_size=3).train_batch_size == 3

@@ -26,3 +26,14 @@ def test_metrics_jsonl_skips_non_finite_and_truncates_on_resume(tmp_path):
     lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines] == [1, 2]
     assert [r["step"] for r in logger.history] == [1, 2]
+
+
+def test_tensorboard_dir_is_configurable(tmp_path, model_cache):
+    from comlrl.trainers.preference import MADPOConfig, MADPOTrainer
+
+    assert MetricsLogger(tmp_path, "none").tensorboard_dir == tmp_path / "tensorboard"
+    assert MetricsLogger(tmp_path, "none", tensorboard_dir=tmp_path / "tb").tensorboard_dir == tmp_path / "tb"
+    args = MADPOConfig(output_dir=str(tmp_path / "run"), logging_dir=str(tmp_path / "logs"), report_to="none")
+    trainer = MADPOTrainer(agent_model="test-tiny", num_agents=1, reward_func=lambda c: [0.0] * len(c),
+                           train_dataset=[{"prompt": "x"}], args=args)
+    assert trainer.metrics_logger.tensorboard_dir == tmp_path / "logs"

@@ -569,6 +569,7 @@ class MultiAgentTrainerBase:
                 run_name=self.args.run_name,
                 config=self.args.to_dict(),
                 wandb_kwargs=wandb_kwargs,
+                tensorboard_dir=self.args.resolved_logging_dir,
             )
             # One trainer, one log: lines left by an earlier run in the same output_dir are dropped.
             atomic_write_text(self._metrics_logger.path, "")

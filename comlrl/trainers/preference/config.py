@@ -1032,9 +1032,8 @@ _ITERATIVE_DOC = r"""
         log_reward_distribution (`bool`, *optional*, defaults to `False`):
             Log and write per-round reward histograms (needs `reward_func.reward_range`).
         policy_checkpoint_dir (`str`, *optional*):
-            Setting it saves a policy snapshot per round there; `None` means
-            `<output_dir>/policy_checkpoints`,
-            written only when `comparator_policy="history"` needs it.
+            Setting it saves a policy snapshot per round there (`initial/`, then `iteration_{r:04d}/`);
+            `None` writes none (the history comparator keeps its snapshots in memory and in checkpoints).
 """
 
 
@@ -1129,7 +1128,7 @@ class _IterativePreferenceConfig:
         "Log per-round reward histograms (needs reward_func.reward_range).", False
     )
     policy_checkpoint_dir: str | None = _help(
-        "Save per-round policy snapshots there; None means <output_dir>/policy_checkpoints when needed.", None
+        "Save per-round policy snapshots there; None writes none (history keeps its own in memory).", None
     )
 
     _iterative = True
@@ -1313,9 +1312,9 @@ class _IterativePreferenceConfig:
 
     @property
     def saves_policy_snapshots(self) -> bool:
-        """Per-round policy snapshots are written (a folder was given, or the history comparator needs
-        them)."""
-        return self.policy_checkpoint_dir is not None or self.comparator_policy == "history"
+        """Per-round policy snapshots are written to disk only when a folder was given: the history
+        comparator keeps the snapshots it needs in memory and in training checkpoints."""
+        return self.policy_checkpoint_dir is not None
 
     @property
     def reward_distribution_dir(self) -> str:

@@ -146,7 +146,7 @@ class IterativePreferenceMixin:
         self.comparator  # noqa: B018
         if self.replay_buffer is None:
             self.replay_buffer = self._new_replay_buffer(resume=False)
-        if done == 0 and self.args.policy_checkpoint_dir is not None:
+        if done == 0 and self.args.saves_policy_snapshots:
             self.policy.save(Path(self.args.policy_checkpoint_dir) / "initial")
         total = self.args.num_iterations
         with self._progress(total=total, desc="Rounds", unit="round") as bar:
@@ -203,7 +203,7 @@ class IterativePreferenceMixin:
             )
         self._flush_window()
         comparator.end_round(round_index)
-        if self.args.policy_checkpoint_dir is not None:
+        if self.args.saves_policy_snapshots:
             self.policy.save(Path(self.args.policy_checkpoint_dir) / f"iteration_{round_index:04d}")
 
     def collect_comparison_pairs(self, round_index: int) -> tuple[list[PreferencePair], RoundStats]:
