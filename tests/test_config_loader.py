@@ -265,8 +265,8 @@ def test_find_config():
         ("plan_path/L1", ["pipeline=[sft, ppo]"], r"`pipeline` names unknown stage 'ppo'"),
         ("plan_path/L1", ["pipeline=[]"], r"`pipeline` must be a non-empty list"),
         ("plan_path/L1", ["eval.seed_start=10"], r"`sft.seed_start` / `eval.seed_start`.*\[10, 11, 12, 13, 14\]"),
-        ("plan_path/L1", ["at_grpo.seed_start=999990"], r"`at_grpo.seed_start` / `eval.seed_start`"),
-        ("plan_path/L0", ["grpo.seed_start=999990", "pipeline=[grpo]"], None),  # no eval stage: no check
+        ("plan_path/L1", ["at_grpo.train_seed_range=[999990, 1000010]"], r"`at_grpo.train_seed_range` / `eval.seed_start`"),
+        ("plan_path/L0", ["grpo.train_seed_range=[999990, 1000010]", "pipeline=[grpo]"], None),  # no eval: no check
         ("plan_path/L1", ["env.wall_density=1.5"], r"section `env`: `wall_density` must be in \[0, 1\)"),
         ("plan_path/L1", ["env.tools=[shell]"], r"`env.tools`.*'shell' is not a plan_path tool"),
         ("plan_path/L1", ["policy.level=L4"], r"`policy.level` must be one of"),

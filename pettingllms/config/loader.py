@@ -434,6 +434,20 @@ def _seed_range(config: Mapping[str, Any], section: str, count_key: str, per: st
     return range(start, start + count)
 
 
+def _train_seed_range(config: Mapping[str, Any], section: str) -> range:
+    """The ``[start, stop)`` of an RL section's ``train_seed_range``."""
+    value = config[section]["train_seed_range"]
+    ok = (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        and 0 <= value[0] < value[1]
+    )
+    if not ok:
+        raise ConfigError(f"`{section}.train_seed_range` must be [start, stop) with 0 <= start < stop, got {value!r}")
+    return range(value[0], value[1])
+
+
 def validate_config(config: Mapping[str, Any]) -> None:
     """Checks that span keys: the environment and its agents build, ``policy.agents`` matches the
     turn order and the level, stages are known, and the held-out eval seeds are disjoint from the
@@ -494,14 +508,14 @@ def validate_config(config: Mapping[str, Any]) -> None:
             raise ConfigError(f"section `{stage}` is missing or not a mapping")
 
     held_out = _seed_range(config, "eval", "num_instances")
-    trained = {"sft": _seed_range(config, "sft", "num_problems")}
-    for stage in ("at_grpo", "grpo"):  # fresh problems every step
-        trained[stage] = _seed_range(config, stage, "num_problems", "max_steps")
+    trained = {"sft": (_seed_range(config, "sft", "num_problems"), "seed_start")}
+    for stage in ("at_grpo", "grpo"):  # problems drawn from the range in a seeded order
+        trained[stage] = (_train_seed_range(config, stage), "train_seed_range")
     for stage in ("madpo", "marlhf"):  # one problem set, revisited every iteration
-        trained[stage] = _seed_range(config, stage, "num_problems")
-    for stage, seeds in trained.items():
+        trained[stage] = (_seed_range(config, stage, "num_problems"), "seed_start")
+    for stage, (seeds, key) in trained.items():
         if stage in pipeline and "eval" in pipeline:
             try:
                 check_disjoint_seeds(seeds, held_out, f"{stage} seeds", "eval seeds")
             except ValueError as exc:
-                raise ConfigError(f"`{stage}.seed_start` / `eval.seed_start`: {exc}") from exc
+                raise ConfigError(f"`{stage}.{key}` / `eval.seed_start`: {exc}") from exc

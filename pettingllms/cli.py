@@ -1,0 +1,110 @@
+"""The ``pettingllms`` command line.
+
+::
+
+    pettingllms train CONFIG [section.key=value ...] [--resume] [--overwrite] [--no-progress]
+    pettingllms eval CONFIG --checkpoint DIR [section.key=value ...] [--output FILE]
+    pettingllms envs
+    pettingllms dataprocess {sudoku-bank,demos} ...
+
+CONFIG is a YAML file or a shipped config named ``<env>/<level>`` (``plan_path/L1``, ``sokoban/L3``).
+Also reachable as ``python -m pettingllms ...``. A bad config, override or argument exits with status 2
+and a one-line error naming the key (no traceback); an interrupted run exits with 130 and says how to
+resume it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+__all__ = ["UsageError", "build_parser", "list_registered", "main", "run_guarded"]
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(Exception):
+    """A user error the command line reports in one line with exit status 2."""
+
+
+def list_registered() -> str:
+    """The registered environments with their agent roles, and the env workers, as text."""
+    from pettingllms.registry import list_agents, list_envs, list_workers
+
+    lines = ["environments (agents by role):"]
+    envs = list_envs()
+    width = max((len(e) for e in envs), default=0)
+    for env in envs:
+        roles = [name.split(".", 1)[1] if name.startswith(env + ".") else name for name in list_agents(env)]
+        lines.append(f"  {env.ljust(width)}  {', '.join(roles) if roles else '(no agents)'}")
+    lines.append(f"env workers: {', '.join(list_workers()) or '(none)'}")
+    lines.append("levels: L0 single agent | L1 shared model | L2 LoRA per agent | L3 model per agent")
+    return "\n".join(lines)
+
+
+def _envs(args: argparse.Namespace) -> int:
+    print(list_registered())
+    return 0
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The top-level parser and one parser per command."""
+    from pettingllms.scripts import dataprocess, evaluate, train
+
+    parser = argparse.ArgumentParser(
+        prog="pettingllms", description="Train and evaluate teams of LLM agents on multi-agent environments."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,eval,envs,dataprocess}")
+    commands: dict[str, argparse.ArgumentParser] = {}
+    for name, module, text in (
+        ("train", train, "run a config's pipeline (sft, at_grpo, grpo, madpo, marlhf, eval)"),
+        ("eval", evaluate, "held-out success of saved policies"),
+        ("dataprocess", dataprocess, "pre-generate puzzle banks and demonstration sets"),
+    ):
+        command = sub.add_parser(
+            name, help=text, description=(module.__doc__ or text).strip(),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        module.add_arguments(command)
+        command.set_defaults(handler=module.run)
+        commands[name] = command
+    commands["envs"] = sub.add_parser("envs", help="list the registered environments and agents")
+    commands["envs"].set_defaults(handler=_envs)
+    return parser, commands
+
+
+def run_guarded(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """``handler(args)``, with user errors (a bad config, override or argument) reported in one line on
+    stderr and exit status 2; Ctrl-C exits with 130 and a hint to resume."""
+    from pettingllms.config import ConfigError
+    from pettingllms.registry import RegistryError
+
+    try:
+        return int(handler(args) or 0)
+    except (ConfigError, UsageError, RegistryError) as error:
+        print(f"pettingllms: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(
+            "pettingllms: interrupted; continue with the same command plus --resume (checkpoints are kept)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser, commands = build_parser()
+    if argv and argv[0] in ("train", "eval"):
+        # Overrides may come before or after the options (`eval CONFIG --checkpoint DIR key=value`).
+        command = commands[argv[0]]
+        args = command.parse_intermixed_args(argv[1:])
+    else:
+        args = parser.parse_args(argv)
+    return run_guarded(args.handler, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

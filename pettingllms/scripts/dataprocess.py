@@ -1,0 +1,93 @@
+"""``pettingllms dataprocess {sudoku-bank,demos}``: pre-generate data a run can read instead of making it.
+
+- ``sudoku-bank --size 9 --count 200 [--first-seed 0] [--givens N] [--output FILE]``: a bank of
+  unique-solution Sudoku puzzles (``env.source=bank`` reads it; default: the packaged bank file of that size);
+- ``demos CONFIG [section.key=value ...] --output FILE``: the oracle demonstrations the ``sft`` stage
+  would train on (seeds from the config's ``sft`` section), one JSON line per decision:
+  ``{"role", "prompt", "response"}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["add_arguments", "main", "run", "write_demonstrations", "write_sudoku_bank"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="what", required=True, metavar="{sudoku-bank,demos}")
+    bank = sub.add_parser("sudoku-bank", help="pre-generate a Sudoku puzzle bank")
+    bank.add_argument("--size", type=int, default=9)
+    bank.add_argument("--count", type=int, default=200)
+    bank.add_argument("--first-seed", type=int, default=0)
+    bank.add_argument("--givens", type=int, default=None)
+    bank.add_argument("--output", type=Path, default=None, help="default: the packaged bank of that size")
+    demos = sub.add_parser("demos", help="write the sft stage's oracle demonstrations as JSONL")
+    demos.add_argument("config", help="config file, or <env>/<level>")
+    demos.add_argument("overrides", nargs="*", metavar="section.key=value")
+    demos.add_argument("--output", type=Path, required=True)
+
+
+def write_sudoku_bank(size: int, count: int, output: str | Path | None = None, first_seed: int = 0, givens: int | None = None) -> Path:
+    """Write a bank of ``count`` puzzles (seeds ``first_seed ...``); returns its path."""
+    from comlrl.atomic_io import atomic_write_text
+    from pettingllms.cli import UsageError
+    from pettingllms.envs.sudoku.generator import bank_to_text, build_bank, default_bank_path
+
+    if count < 1:
+        raise UsageError(f"`--count` must be >= 1, got {count}")
+    target = Path(output) if output is not None else default_bank_path(size)
+    try:
+        bank = build_bank(size, count, first_seed, givens)
+    except ValueError as error:
+        raise UsageError(f"sudoku-bank: {error}") from error
+    atomic_write_text(target, bank_to_text(bank))
+    target.chmod(0o644)  # readable by every user (package data, sandboxed readers)
+    return target
+
+
+def write_demonstrations(config: str, output: str | Path, overrides: Sequence[str] = ()) -> dict[str, int]:
+    """Oracle demonstrations on the config's ``sft`` seeds as JSONL; returns the count per role."""
+    from comlrl.atomic_io import atomic_write_text
+    from pettingllms.config import env_arguments, load_config, section_to_dataclass, validate_config
+    from pettingllms.trainer.demonstrations import make_demonstrations
+    from pettingllms.trainer.sft import SFTWarmStartConfig
+
+    resolved = load_config(config, list(overrides))
+    validate_config(resolved)
+    settings = section_to_dataclass(SFTWarmStartConfig, resolved["sft"], "sft")
+    name, fields, options = env_arguments(resolved)
+    held_out = range(resolved["eval"]["seed_start"], resolved["eval"]["seed_start"] + resolved["eval"]["num_instances"])
+    demos = make_demonstrations(name, fields, settings.seeds, agent_options=options, held_out_seeds=held_out)
+    lines = [
+        json.dumps({"role": role, "prompt": demo.prompt, "response": demo.response})
+        for role, items in demos.items()
+        for demo in items
+    ]
+    atomic_write_text(Path(output), "".join(line + "\n" for line in lines))
+    return {role: len(items) for role, items in demos.items()}
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.what == "sudoku-bank":
+        target = write_sudoku_bank(args.size, args.count, args.output, args.first_seed, args.givens)
+        print(f"wrote {args.count} puzzles ({args.size}x{args.size}) to {target}")
+    else:
+        counts = write_demonstrations(args.config, args.output, args.overrides)
+        print(f"wrote {sum(counts.values())} demonstrations ({counts}) to {args.output}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from pettingllms.cli import run_guarded
+
+    parser = argparse.ArgumentParser(prog="python -m pettingllms.scripts.dataprocess", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run_guarded(run, parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,54 @@
+"""``pettingllms train CONFIG [section.key=value ...]``: run a config's pipeline (see :mod:`pettingllms.pipeline`).
+
+CONFIG is a YAML path or a shipped config named ``<env>/<level>`` (``plan_path/L1``); overrides are dotted
+``section.key=value`` pairs, type-checked against the config's schema.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from pettingllms.scripts import quiet_model_io
+
+__all__ = ["add_arguments", "main", "run", "train"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="config file, or a shipped config as <env>/<level> (e.g. plan_path/L1)")
+    parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
+    parser.add_argument("--resume", action="store_true", help="continue the run in run.output_dir (run.resume=true)")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="start afresh over an earlier run in run.output_dir (run.overwrite=true)"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars or per-step table")
+
+
+def train(config: str, overrides: Sequence[str] = ()):
+    """Load ``config`` with ``overrides`` and run its pipeline; returns the :class:`~pettingllms.pipeline.PipelineResult`."""
+    from pettingllms.config import load_config
+    from pettingllms.pipeline import Pipeline
+
+    return Pipeline(load_config(config, list(overrides))).run()
+
+
+def run(args: argparse.Namespace) -> int:
+    quiet_model_io()
+    overrides = list(args.overrides)
+    for flag, key in (("resume", "run.resume=true"), ("overwrite", "run.overwrite=true"), ("no_progress", "run.progress=false")):
+        if getattr(args, flag):
+            overrides.append(key)
+    train(args.config, overrides)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from pettingllms.cli import run_guarded
+
+    parser = argparse.ArgumentParser(prog="python -m pettingllms.scripts.train", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run_guarded(run, parser.parse_intermixed_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
