@@ -256,7 +256,9 @@ class MultiAgentTrainerBase:
 
         self.backend = HFBackend(self.policy.handles)
         self.optimizers_by_policy = {
-            name: torch.optim.AdamW(self.policy.trainable_parameters(name), lr=args.agent_learning_rate)
+            name: torch.optim.AdamW(
+                self.policy.trainable_parameters(name), lr=args.agent_learning_rate, foreach=True
+            )
             for name in self.policy.policies
         }
         self._metrics_logger = None
@@ -1057,7 +1059,11 @@ def scoring_mode(model: nn.Module, disable_dropout: bool) -> Iterator[None]:
     """Eval mode while scoring the sampled tokens when ``disable_dropout`` (deterministic log-probs), else
     train mode; the model's mode is restored afterwards."""
     was_training = model.training
-    model.train(not disable_dropout)
+    wanted = not disable_dropout
+    if was_training == wanted:  # model.train() walks every module: skip it when nothing changes
+        yield
+        return
+    model.train(wanted)
     try:
         yield
     finally:
