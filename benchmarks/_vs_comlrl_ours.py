@@ -28,7 +28,6 @@ from _vs_comlrl_common import (  # noqa: E402
 )
 
 import comlrl  # noqa: E402
-import comlrl.scoring  # noqa: E402
 from comlrl.rollout.hf import eos_token_ids  # noqa: E402
 from comlrl.trainers.preference import MADPOConfig, MADPOTrainer  # noqa: E402
 
@@ -84,9 +83,6 @@ def main() -> None:
         collect = Timer(trainer, "collect_pairs")
         learn = Timer(trainer, "learn_from_pairs")
         steps = Timer(trainer, "training_step")
-        # The scorer imports TRL's log-softmax helper on first use: time that call apart (its first call is
-        # the import, later calls are a dictionary lookup).
-        lazy_import = Timer(comlrl.scoring, "_selective_log_softmax")
         ready_s = time.perf_counter() - PROCESS_START
 
         train_s, profile = timed_train(trainer.train, args.profile)
@@ -97,7 +93,6 @@ def main() -> None:
                 "comlrl_file": comlrl.__file__,
                 "setup_s": setup_s,
                 "ready_s": ready_s,
-                "lazy_import_s": lazy_import.seconds,
                 "train_s": train_s,
                 **meter.as_dict(),
                 "engine_s": engine.seconds,

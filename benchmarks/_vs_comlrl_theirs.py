@@ -98,7 +98,6 @@ def main() -> None:
             "comlrl_file": comlrl.__file__,
             "setup_s": setup_s,
             "ready_s": ready_s,
-            "lazy_import_s": 0.0,
             "train_s": train_s,
             **meter.as_dict(),
             "engine_s": engine.seconds,

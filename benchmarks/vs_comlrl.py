@@ -18,8 +18,7 @@ are rare and both sides build the same pairs count; the table shows pairs and up
 Measured per run: wall time of ``train()``; every ``model.generate`` call (wrapped on the model instances:
 its time, and the new non-pad tokens up to each row's first EOS) giving generation tokens/s; the library's
 generation step around it (ours ``backend.generate``; theirs ``_generate_completions``); the collection
-and learning phases; for ours also the time of lazy imports inside ``train()`` (the scorer's first call
-imports TRL). Medians over the runs, and the ratios ours / theirs. Targets: ours' ``train()`` at most 1/4
+and learning phases. Medians over the runs, and the ratios ours / theirs. Targets: ours' ``train()`` at most 1/4
 of theirs, generation at least 3x faster.
 
 One case per ``--train-batch-size`` value (default ``2 8``: the public default of 2 pairs per update is the
@@ -76,8 +75,6 @@ FIELDS = {
     "engine_s": "gen step s",
     "collect_s": "collect s",
     "learn_s": "learn s",
-    "lazy_import_s": "lazy imports s",
-    "train_minus_lazy_imports_s": "train() - lazy imp. s",
     "pairs_built": "pairs",
     "updates": "updates",
     "ready_s": "imports+init s",
@@ -280,7 +277,6 @@ def run_case(
     for repeat in range(repeats):
         for side, python in sides:
             result = run_once(side, python, model, job)
-            result["train_minus_lazy_imports_s"] = result["train_s"] - result["lazy_import_s"]
             runs[side].append(result)
             print(
                 f"run {repeat + 1}/{repeats} {side:6s}: train() {result['train_s']:.3f} s, "
@@ -310,9 +306,6 @@ def run_case(
         "job": job,
         "median": {"ours": ours, "theirs": theirs},
         "train_ratio_ours_over_theirs": train_ratio,
-        "train_ratio_without_lazy_imports": ratio(ours["train_minus_lazy_imports_s"], theirs["train_s"])
-        if theirs
-        else None,
         "generation_speedup_ours_over_theirs": generation_speedup,
         "generation_step_ratio_ours_over_theirs": ratio(ours["engine_s"], theirs["engine_s"])
         if theirs
@@ -343,8 +336,7 @@ def report(case: dict[str, Any]) -> None:
         )
         print(
             f"train() ours/theirs = {train_ratio:.3f} (target <= {TARGET_TRAIN_RATIO}: "
-            f"{'met' if case['train_ratio_met'] else 'MISSED'}; without ours' lazy imports "
-            f"{case['train_ratio_without_lazy_imports']:.3f}); generation tokens/s ours/theirs = {speedup:.2f}x "
+            f"{'met' if case['train_ratio_met'] else 'MISSED'}); generation tokens/s ours/theirs = {speedup:.2f}x "
             f"(target >= {TARGET_GENERATION_SPEEDUP}x: {'met' if case['generation_speedup_met'] else 'MISSED'}); "
             f"equal pairs and updates in every run: {case['equal_work']}"
         )
@@ -395,7 +387,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for key in (
                 "job",
                 "train_ratio_ours_over_theirs",
-                "train_ratio_without_lazy_imports",
                 "generation_speedup_ours_over_theirs",
                 "train_ratio_met",
                 "generation_speedup_met",
