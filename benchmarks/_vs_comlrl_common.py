@@ -1,5 +1,5 @@
-"""What both runners of ``vs_comlrl.py`` share: the job (items, prompts, reward), the timing wrappers and
-the result line. It must not import ``comlrl``: the same file serves our library and the public CoMLRL,
+"""What both runners of ``vs_comlrl.py`` share: the job (items, prompts, reward), the MADPO config and
+trainer keywords both sides set alike, the timing wrappers and the result line. It must not import ``comlrl``: the same file serves our library and the public CoMLRL,
 which both import under that name, each in its own interpreter.
 """
 
@@ -63,6 +63,61 @@ def seed_globals(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def madpo_config_values(job: dict[str, Any]) -> dict[str, Any]:
+    """The ``MADPOConfig`` keywords both sides set the same way for ``job``."""
+    return dict(
+        num_agents=2,
+        num_turns=1,
+        joint_mode="aligned",
+        agent_devices="cpu",
+        num_train_epochs=job["epochs"],
+        agent_learning_rate=job["lr"],
+        dpo_beta=job["beta"],
+        max_new_tokens=job["max_new_tokens"],
+        temperature=job["temperature"],
+        top_p=job["top_p"],
+        top_k=job["top_k"],
+        preference_num_candidates=job["candidates"],
+        preference_pairs_per_sample=job["pairs_per_item"],
+        pair_selection="reward_gap",
+        train_batch_size=job["train_batch_size"],
+        eval_interval=0,
+    )
+
+
+def madpo_trainer_values(model: str, job: dict[str, Any]) -> dict[str, Any]:
+    """The ``MADPOTrainer`` keywords (all but ``args``) both sides pass for ``job``."""
+    return dict(
+        agent_model=model,
+        num_agents=2,
+        model_config={"torch_dtype": "float32", "attn_implementation": "sdpa"},
+        train_dataset=job_items(job["items"]),
+        reward_func=joint_reward,
+        formatters=[writer_prompt, helper_prompt],
+        wandb_config=None,
+    )
+
+
+def meter_agents(trainer, eos_ids: list[int]) -> GenerateMeter:
+    """A ``GenerateMeter`` (pad id of the first tokenizer) wrapped around every agent of ``trainer``."""
+    meter = GenerateMeter(trainer.tokenizers[0].pad_token_id, eos_ids)
+    for model in trainer.agents:
+        meter.wrap(model)
+    return meter
+
+
+def phase_times(meter: GenerateMeter, engine: Timer, collect: Timer, learn: Timer, steps: Timer) -> dict:
+    """The result line's generation, engine, collection, learning and update timings."""
+    return {
+        **meter.as_dict(),
+        "engine_s": engine.seconds,
+        "engine_calls": engine.calls,
+        "collect_s": collect.seconds,
+        "learn_s": learn.seconds,
+        "update_s": steps.seconds,
+    }
 
 
 class GenerateMeter:

@@ -15,16 +15,15 @@ import tempfile  # noqa: E402
 
 import torch  # noqa: E402
 from _vs_comlrl_common import (  # noqa: E402
-    GenerateMeter,
     Timer,
     emit,
-    helper_prompt,
-    job_items,
-    joint_reward,
+    madpo_config_values,
+    madpo_trainer_values,
+    meter_agents,
     parse_runner_args,
+    phase_times,
     seed_globals,
     timed_train,
-    writer_prompt,
 )
 
 import comlrl  # noqa: E402
@@ -39,22 +38,7 @@ def main() -> None:
     seed_globals(job["seed"])
     with tempfile.TemporaryDirectory(prefix="vs-comlrl-ours-") as out:
         config = MADPOConfig(
-            num_agents=2,
-            num_turns=1,
-            joint_mode="aligned",
-            agent_devices="cpu",
-            num_train_epochs=job["epochs"],
-            agent_learning_rate=job["lr"],
-            dpo_beta=job["beta"],
-            max_new_tokens=job["max_new_tokens"],
-            temperature=job["temperature"],
-            top_p=job["top_p"],
-            top_k=job["top_k"],
-            preference_num_candidates=job["candidates"],
-            preference_pairs_per_sample=job["pairs_per_item"],
-            pair_selection="reward_gap",
-            train_batch_size=job["train_batch_size"],
-            eval_interval=0,
+            **madpo_config_values(job),
             exclude_last_completion_token=True,  # the public scorer's behaviour (parity)
             seed=job["seed"],
             output_dir=out,
@@ -62,23 +46,11 @@ def main() -> None:
             disable_tqdm=True,
         )
         start = time.perf_counter()
-        trainer = MADPOTrainer(
-            agent_model=args.model,
-            num_agents=2,
-            model_config={"torch_dtype": "float32", "attn_implementation": "sdpa"},
-            train_dataset=job_items(job["items"]),
-            reward_func=joint_reward,
-            formatters=[writer_prompt, helper_prompt],
-            wandb_config=None,
-            args=config,
-        )
+        trainer = MADPOTrainer(**madpo_trainer_values(args.model, job), args=config)
         trainer.verbose = False
         setup_s = time.perf_counter() - start
 
-        tokenizer = trainer.tokenizers[0]
-        meter = GenerateMeter(tokenizer.pad_token_id, eos_token_ids(trainer.agents[0], tokenizer))
-        for model in trainer.agents:
-            meter.wrap(model)
+        meter = meter_agents(trainer, eos_token_ids(trainer.agents[0], trainer.tokenizers[0]))
         engine = Timer(trainer.backend, "generate")
         collect = Timer(trainer, "collect_pairs")
         learn = Timer(trainer, "learn_from_pairs")
@@ -94,12 +66,7 @@ def main() -> None:
                 "setup_s": setup_s,
                 "ready_s": ready_s,
                 "train_s": train_s,
-                **meter.as_dict(),
-                "engine_s": engine.seconds,
-                "engine_calls": engine.calls,
-                "collect_s": collect.seconds,
-                "learn_s": learn.seconds,
-                "update_s": steps.seconds,
+                **phase_times(meter, engine, collect, learn, steps),
                 "pairs_built": int(trainer.pairs_built),
                 "pairs_trained": len(collect.last or []) * job["epochs"],
                 "updates": int(trainer.updates_seen),

@@ -17,16 +17,15 @@ import importlib.metadata  # noqa: E402
 
 import torch  # noqa: E402
 from _vs_comlrl_common import (  # noqa: E402
-    GenerateMeter,
     Timer,
     emit,
-    helper_prompt,
-    job_items,
-    joint_reward,
+    madpo_config_values,
+    madpo_trainer_values,
+    meter_agents,
     parse_runner_args,
+    phase_times,
     seed_globals,
     timed_train,
-    writer_prompt,
 )
 
 import comlrl  # noqa: E402
@@ -45,44 +44,14 @@ def main() -> None:
         )
     torch.set_num_threads(1)
     seed_globals(job["seed"])
-    config = MADPOConfig(
-        num_agents=2,
-        num_turns=1,
-        joint_mode="aligned",
-        agent_devices="cpu",
-        parallel_training="none",
-        num_train_epochs=job["epochs"],
-        agent_learning_rate=job["lr"],
-        dpo_beta=job["beta"],
-        max_new_tokens=job["max_new_tokens"],
-        temperature=job["temperature"],
-        top_p=job["top_p"],
-        top_k=job["top_k"],
-        preference_num_candidates=job["candidates"],
-        preference_pairs_per_sample=job["pairs_per_item"],
-        pair_selection="reward_gap",
-        train_batch_size=job["train_batch_size"],
-        eval_interval=0,
-    )
+    config = MADPOConfig(**madpo_config_values(job), parallel_training="none")
     start = time.perf_counter()
-    trainer = MADPOTrainer(
-        agent_model=args.model,
-        num_agents=2,
-        model_config={"torch_dtype": "float32", "attn_implementation": "sdpa"},
-        train_dataset=job_items(job["items"]),
-        reward_func=joint_reward,
-        formatters=[writer_prompt, helper_prompt],
-        wandb_config=None,
-        args=config,
-    )
+    trainer = MADPOTrainer(**madpo_trainer_values(args.model, job), args=config)
     trainer.verbose = False
     setup_s = time.perf_counter() - start
 
-    tokenizer = trainer.tokenizers[0]
-    eos = tokenizer.eos_token_id
-    meter = GenerateMeter(tokenizer.pad_token_id, eos if isinstance(eos, list) else [eos])
-    for model in trainer.agents:
-        meter.wrap(model)
+    eos = trainer.tokenizers[0].eos_token_id
+    meter = meter_agents(trainer, eos if isinstance(eos, list) else [eos])
     engine = Timer(trainer, "_generate_completions")
     collect = Timer(trainer, "_build_preference_dataset")
     learn = Timer(trainer, "_train_preference_pairs")
@@ -99,12 +68,7 @@ def main() -> None:
             "setup_s": setup_s,
             "ready_s": ready_s,
             "train_s": train_s,
-            **meter.as_dict(),
-            "engine_s": engine.seconds,
-            "engine_calls": engine.calls,
-            "collect_s": collect.seconds,
-            "learn_s": learn.seconds,
-            "update_s": steps.seconds,
+            **phase_times(meter, engine, collect, learn, steps),
             "pairs_built": pairs,
             "pairs_trained": pairs * job["epochs"],
             "updates": int(steps.calls),

@@ -45,10 +45,71 @@ def joint_reward(writer, helper):
 
 joint_reward.reward_range = (0.0, 2.0)
 
+TASK = "vowel share of agent 0 + digit/space share of agent 1 (joint reward in [0, 2])"
+HELD_OUT = 16
+# Evaluation on every held-out item in one batch, and no periodic logging or progress bars.
+EVAL_SETTINGS = dict(
+    eval_interval=0,
+    eval_num_samples=HELD_OUT,
+    eval_batch_size=HELD_OUT,
+    logging_steps=10**9,
+    disable_tqdm=True,
+)
+
+
+def toy_items(n: int) -> tuple[list[dict], list[dict]]:
+    """``n`` training items and the ``HELD_OUT`` held-out items."""
+    train = [{"prompt": f"Item {i}: describe the plan."} for i in range(n)]
+    held_out = [{"prompt": f"Held-out {i}: describe the plan."} for i in range(HELD_OUT)]
+    return train, held_out
+
+
+def train_and_evaluate(trainer) -> tuple[float, float, float]:
+    """Held-out mean reward before and after ``trainer.train()``, and the training wall time in seconds."""
+    before = trainer.evaluate()["eval/turn_1/reward_mean"]
+    start = time.perf_counter()
+    trainer.train()
+    train_s = time.perf_counter() - start
+    after = trainer.evaluate()["eval/turn_1/reward_mean"]
+    return before, after, train_s
+
+
+def toy_parser(doc: str, out_name: str) -> argparse.ArgumentParser:
+    """The options every toy benchmark takes; ``out_name`` is the default file under benchmarks/results."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--items", type=int, default=16)
+    parser.add_argument("--model", default="test-tiny")
+    parser.add_argument("--lr", type=float, default=5e-3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / out_name))
+    return parser
+
+
+def setup_threads(args: argparse.Namespace) -> None:
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def print_table(title: str, lines: list[list[str]]) -> None:
+    """``title``, then ``lines`` (the first is the header) with right-aligned columns."""
+    widths = [max(len(row[i]) for row in lines) for i in range(len(lines[0]))]
+    print(title)
+    for row in lines:
+        print("  ".join(cell.rjust(w) for cell, w in zip(row, widths)))
+
+
+def write_result(args: argparse.Namespace, result: dict) -> None:
+    """``result`` plus the thread count and versions, written atomically to ``args.out``."""
+    versions = {"threads": args.threads, "python": platform.python_version(), "torch": torch.__version__}
+    result = {**result, **versions}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
 
 def run(seed: int, args: argparse.Namespace, workdir: Path) -> dict:
-    train = [{"prompt": f"Item {i}: describe the plan."} for i in range(args.items)]
-    held_out = [{"prompt": f"Held-out {i}: describe the plan."} for i in range(16)]
+    train, held_out = toy_items(args.items)
     config = MADPOIterConfig(
         output_dir=str(workdir / f"seed{seed}"),
         seed=seed,
@@ -64,11 +125,7 @@ def run(seed: int, args: argparse.Namespace, workdir: Path) -> dict:
         agent_learning_rate=args.lr,
         dpo_beta=0.1,
         train_batch_size=8,
-        eval_interval=0,
-        eval_num_samples=len(held_out),
-        eval_batch_size=len(held_out),
-        logging_steps=10**9,
-        disable_tqdm=True,
+        **EVAL_SETTINGS,
     )
     trainer = MADPOIterTrainer(
         agent_model=args.model,
@@ -78,11 +135,7 @@ def run(seed: int, args: argparse.Namespace, workdir: Path) -> dict:
         eval_dataset=held_out,
         args=config,
     )
-    before = trainer.evaluate()["eval/turn_1/reward_mean"]
-    start = time.perf_counter()
-    trainer.train()
-    train_s = time.perf_counter() - start
-    after = trainer.evaluate()["eval/turn_1/reward_mean"]
+    before, after, train_s = train_and_evaluate(trainer)
     rounds = [r for r in trainer.metrics_logger.history if "iter/current_iteration" in r]
     return {
         "seed": seed,
@@ -96,17 +149,10 @@ def run(seed: int, args: argparse.Namespace, workdir: Path) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser = toy_parser(__doc__, "madpo_toy.json")
     parser.add_argument("--iterations", type=int, default=5)
-    parser.add_argument("--items", type=int, default=16)
-    parser.add_argument("--model", default="test-tiny")
-    parser.add_argument("--lr", type=float, default=5e-3)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "madpo_toy.json"))
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    setup_threads(args)
 
     with tempfile.TemporaryDirectory(prefix="madpo-toy-") as tmp:
         runs = [run(seed, args, Path(tmp)) for seed in args.seeds]
@@ -133,10 +179,9 @@ def main() -> None:
             f"{statistics.mean(r['train_s'] for r in runs):.1f}",
         ]
     )
-    widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
-    print("MADPOIter, cooperative toy task: mean joint task reward (range 0..2) of the current agents")
-    for row in lines:
-        print("  ".join(cell.rjust(w) for cell, w in zip(row, widths)))
+    print_table(
+        "MADPOIter, cooperative toy task: mean joint task reward (range 0..2) of the current agents", lines
+    )
     rises = all(
         r["round_reward_mean"][-1] > r["round_reward_mean"][0] and r["held_out_after"] > r["held_out_before"]
         for r in runs
@@ -146,12 +191,12 @@ def main() -> None:
         f"{'yes' if rises else 'NO'}"
     )
     result = {
-        "task": "vowel share of agent 0 + digit/space share of agent 1 (joint reward in [0, 2])",
+        "task": TASK,
         "model": args.model,
         "seeds": args.seeds,
         "iterations": args.iterations,
         "train_items": args.items,
-        "held_out_items": 16,
+        "held_out_items": HELD_OUT,
         "config": {
             "preference_num_candidates": 8,
             "preference_pairs_per_sample": 4,
@@ -167,13 +212,8 @@ def main() -> None:
         "runs": runs,
         "round_reward_mean_over_seeds": [round(v, 4) for v in means],
         "reward_rises_every_seed": rises,
-        "threads": args.threads,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_result(args, result)
 
 
 if __name__ == "__main__":

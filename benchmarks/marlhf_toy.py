@@ -22,24 +22,27 @@ before and after training, and the wall time. Prints a table and writes
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).parent))
-from madpo_toy import joint_reward  # noqa: E402  (the cooperative task of the MADPO benchmark)
+# The cooperative task of the MADPO benchmark and the runner pieces both toy benchmarks share.
+from madpo_toy import (  # noqa: E402
+    EVAL_SETTINGS,
+    HELD_OUT,
+    TASK,
+    joint_reward,
+    print_table,
+    setup_threads,
+    toy_items,
+    toy_parser,
+    train_and_evaluate,
+    write_result,
+)
 
-from comlrl.atomic_io import atomic_write_text  # noqa: E402
 from comlrl.trainers.preference import MARLHFConfig, MARLHFTrainer  # noqa: E402
-
-HELD_OUT = 16
 
 
 def settings(args: argparse.Namespace) -> dict:
@@ -62,8 +65,7 @@ def settings(args: argparse.Namespace) -> dict:
 
 
 def run(algorithm: str, selection: str, seed: int, args: argparse.Namespace, workdir: Path) -> dict:
-    train = [{"prompt": f"Item {i}: describe the plan."} for i in range(args.items)]
-    held_out = [{"prompt": f"Held-out {i}: describe the plan."} for i in range(HELD_OUT)]
+    train, held_out = toy_items(args.items)
     extra = (
         {"critic_model_name": args.model, "critic_learning_rate": args.lr}
         if algorithm in ("maac", "iac")
@@ -75,11 +77,7 @@ def run(algorithm: str, selection: str, seed: int, args: argparse.Namespace, wor
         seed=seed,
         rl_algorithm=algorithm,
         reward_model_name=args.model,
-        eval_interval=0,
-        eval_num_samples=HELD_OUT,
-        eval_batch_size=HELD_OUT,
-        logging_steps=10**9,
-        disable_tqdm=True,
+        **EVAL_SETTINGS,
         **settings(args),
         **extra,
     )
@@ -91,11 +89,7 @@ def run(algorithm: str, selection: str, seed: int, args: argparse.Namespace, wor
         eval_dataset=held_out,
         args=config,
     )
-    before = trainer.evaluate()["eval/turn_1/reward_mean"]
-    start = time.perf_counter()
-    trainer.train()
-    train_s = time.perf_counter() - start
-    after = trainer.evaluate()["eval/turn_1/reward_mean"]
+    before, after, train_s = train_and_evaluate(trainer)
     fit = next(r for r in trainer.metrics_logger.history if "reward_model/eval_accuracy" in r)
     return {
         "algorithm": algorithm,
@@ -113,8 +107,7 @@ def run(algorithm: str, selection: str, seed: int, args: argparse.Namespace, wor
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser = toy_parser(__doc__, "marlhf_toy.json")
     parser.add_argument("--algorithms", nargs="+", default=["magrpo", "maac"])
     parser.add_argument(
         "--pair-selections",
@@ -122,16 +115,10 @@ def main() -> None:
         default=["reward_gap", "random"],
         help="reward_gap keeps each item's widest-gap pairs (easy to rank); random keeps any non-tied pairs",
     )
-    parser.add_argument("--items", type=int, default=16)
     parser.add_argument("--rl-epochs", type=int, default=12)
     parser.add_argument("--reward-epochs", type=int, default=4)
-    parser.add_argument("--model", default="test-tiny")
-    parser.add_argument("--lr", type=float, default=5e-3)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "marlhf_toy.json"))
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    setup_threads(args)
 
     with tempfile.TemporaryDirectory(prefix="marlhf-toy-") as tmp:
         runs = [
@@ -185,12 +172,9 @@ def main() -> None:
                     f"{s['train_s']:.1f}",
                 ]
             )
-    widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
-    print("MARLHF, cooperative toy task (joint task reward in [0, 2], 16 held-out items)")
-    for row in lines:
-        print("  ".join(cell.rjust(w) for cell, w in zip(row, widths)))
+    print_table("MARLHF, cooperative toy task (joint task reward in [0, 2], 16 held-out items)", lines)
     result = {
-        "task": "vowel share of agent 0 + digit/space share of agent 1 (joint reward in [0, 2])",
+        "task": TASK,
         "model": args.model,
         "seeds": args.seeds,
         "algorithms": args.algorithms,
@@ -200,13 +184,8 @@ def main() -> None:
         "config": settings(args),
         "runs": runs,
         "summary": summary,
-        "threads": args.threads,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(args.out, json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_result(args, result)
 
 
 if __name__ == "__main__":

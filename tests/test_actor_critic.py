@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from trainer_helpers import plan_items
+from trainer_helpers import varied_reward as reward
 
 from comlrl.trainers.actor_critic import IACConfig, IACTrainer, MAACConfig, MAACTrainer
 from comlrl.trainers.actor_critic.critics import ValueModel, agent_critic_text, joint_critic_text
 
-ITEMS = [{"prompt": f"Task {i}: write a short plan."} for i in range(3)]
-
-
-def reward(a, b):
-    return float(len(a[0]) % 5) + 0.5 * float(len(b[0]) % 3)
+ITEMS = plan_items(3)
 
 
 def common(tmp_path, **overrides):

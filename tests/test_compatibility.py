@@ -5,7 +5,6 @@ status uses the legend's words)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import sys
 import types
@@ -15,6 +14,7 @@ import pytest
 import torch
 from http_fixture import APIServer, slow
 from http_fixture import api_server as api_server  # the fixture; "as" marks the re-export for ruff
+from trainer_helpers import changed_per_agent, madpo_values, plan_items, records, varied_reward, weights
 
 from comlrl.trainers.preference import (
     MADPOConfig,
@@ -28,52 +28,16 @@ from comlrl.trainers.preference import (
 )
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "compatibility.md"
-ITEMS = [{"prompt": f"Task {i}: write a short plan."} for i in range(2)]
-
-
-def varied_reward(a, b):
-    """Varies with the sampled texts, so non-tied pairs exist."""
-    return float(len(a[0]) % 5) + 0.5 * float(len(b[0]) % 3)
+ITEMS = plan_items(2)
 
 
 def madpo_args(tmp_path, cls=MADPOConfig, **overrides):
-    values = dict(
-        output_dir=str(tmp_path / "out"),
-        num_train_epochs=1,
-        preference_num_candidates=3,
-        preference_pairs_per_sample=2,
-        max_new_tokens=5,
-        temperature=1.0,
-        top_p=1.0,
-        agent_learning_rate=1e-2,
-        train_batch_size=2,
-        logging_steps=1,
-        eval_interval=0,
-        disable_tqdm=True,
-        seed=0,
-    )
-    values.update(overrides)
-    return cls(**values)
-
-
-def weights(trainer):
-    return {
-        f"{name}.{k}": p.detach().clone()
-        for name in trainer.policy.policies
-        for k, p in trainer.policy.named_trainable_parameters(name)
-    }
+    base = dict(num_train_epochs=1, preference_num_candidates=3, max_new_tokens=5, seed=0)
+    return cls(**madpo_values(tmp_path / "out", **{**base, **overrides}))
 
 
 def every_agent_changed(before, after) -> bool:
-    agents = {k.split(".")[0] for k in before}
-    return all(
-        any(not torch.equal(before[k], after[k]) for k in before if k.startswith(agent + "."))
-        for agent in agents
-    )
-
-
-def records(trainer):
-    return [json.loads(line) for line in trainer.metrics_logger.path.read_text().splitlines()]
+    return all(changed_per_agent(before, after).values())
 
 
 def checkpoints(folder: Path) -> list[str]:

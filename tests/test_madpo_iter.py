@@ -6,6 +6,9 @@ import json
 
 import pytest
 import torch
+from trainer_helpers import agent_snapshots as snapshot
+from trainer_helpers import madpo_values, plan_items
+from trainer_helpers import varied_reward as length_reward
 
 from comlrl.rollout import Completion
 from comlrl.trainers.preference import MADPOIterConfig, MADPOIterTrainer, read_round
@@ -14,33 +17,19 @@ from comlrl.trainers.preference.iterative import reward_histogram
 
 
 def varied_reward(a, b):
-    return float(len(a[0]) % 5) + 0.5 * float(len(b[0]) % 3)
+    """The shared reward in a function of its own, so the ``reward_range`` below stays local to this file."""
+    return length_reward(a, b)
 
 
 varied_reward.reward_range = (0.0, 5.0)
 
 
 def items(n=4):
-    return [{"prompt": f"Task {i}: write a short plan."} for i in range(n)]
+    return plan_items(n)
 
 
 def config(tmp_path, **overrides):
-    values = dict(
-        output_dir=str(tmp_path / "out"),
-        num_iterations=2,
-        preference_num_candidates=4,
-        preference_pairs_per_sample=2,
-        max_new_tokens=6,
-        temperature=1.0,
-        top_p=1.0,
-        agent_learning_rate=1e-2,
-        train_batch_size=2,
-        logging_steps=1,
-        eval_interval=0,
-        disable_tqdm=True,
-    )
-    values.update(overrides)
-    return MADPOIterConfig(**values)
+    return MADPOIterConfig(**madpo_values(tmp_path / "out", **{"num_iterations": 2, **overrides}))
 
 
 def text(t: str) -> Completion:
@@ -89,12 +78,6 @@ class ScriptedComparator:
 
     def close(self):
         pass
-
-
-def snapshot(trainer):
-    return [
-        [p.detach().clone() for p in trainer.policy.trainable_parameters(n)] for n in trainer.policy.policies
-    ]
 
 
 def test_rounds_update_every_agent_and_write_round_files(tiny_model_path, tmp_path):

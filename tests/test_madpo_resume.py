@@ -4,7 +4,7 @@ weights (bitwise, CPU), the same metrics and the same replay files as an uninter
 from __future__ import annotations
 
 import pytest
-import torch
+from trainer_helpers import assert_same_run, madpo_values, plan_items, varied_reward
 
 from comlrl.trainers.preference import (
     MADPOConfig,
@@ -14,7 +14,7 @@ from comlrl.trainers.preference import (
     OracleError,
 )
 
-ITEMS = [{"prompt": f"Task {i}: write a short plan."} for i in range(3)]
+ITEMS = plan_items(3)
 
 
 class Interrupt(Exception):
@@ -27,27 +27,9 @@ def make_reward(crash_when=None):
     def reward(a, b):
         if crash_when is not None and crash_when():
             raise Interrupt("simulated crash")
-        return float(len(a[0]) % 5) + 0.5 * float(len(b[0]) % 3)
+        return varied_reward(a, b)
 
     return reward
-
-
-def weights(trainer):
-    return {
-        f"{name}.{k}": p.detach().clone()
-        for name in trainer.policy.policies
-        for k, p in trainer.policy.named_trainable_parameters(name)
-    }
-
-
-def assert_same_run(done, resumed, out_done, out_resumed):
-    a, b = weights(done), weights(resumed)
-    assert a.keys() == b.keys()
-    assert all(torch.equal(a[k], b[k]) for k in a), [k for k in a if not torch.equal(a[k], b[k])][:3]
-    assert done.metrics_logger.history == resumed.metrics_logger.history
-    assert (out_done / "metrics.jsonl").read_bytes() == (out_resumed / "metrics.jsonl").read_bytes()
-    for name in ("env_step", "updates_seen", "pairs_built", "pairs_skipped", "eval_count"):
-        assert getattr(done, name) == getattr(resumed, name), name
 
 
 @pytest.mark.parametrize(
@@ -64,24 +46,18 @@ def assert_same_run(done, resumed, out_done, out_resumed):
 )
 def test_iterative_run_interrupted_after_round_2_of_4_resumes_exactly(options, tiny_model_path, tmp_path):
     def config(out):
-        return MADPOIterConfig(
-            output_dir=str(out),
+        values = madpo_values(
+            out,
             num_iterations=4,
             preference_num_candidates=3,
-            preference_pairs_per_sample=2,
             max_new_tokens=5,
-            temperature=1.0,
-            top_p=1.0,
-            agent_learning_rate=1e-2,
-            train_batch_size=2,
             num_train_epochs=2,
             logging_steps=3,
             eval_interval=3,
             eval_num_samples=2,
-            disable_tqdm=True,
             seed=5,
-            **options,
         )
+        return MADPOIterConfig(**values, **options)
 
     def trainer(out, reward):
         return MADPOIterTrainer(
@@ -120,20 +96,15 @@ def test_iterative_run_interrupted_after_round_2_of_4_resumes_exactly(options, t
 def test_base_run_interrupted_after_epoch_1_resumes_exactly(tiny_model_path, tmp_path):
     def trainer(out):
         args = MADPOConfig(
-            output_dir=str(out),
-            num_train_epochs=3,
-            preference_num_candidates=4,
-            preference_pairs_per_sample=3,
-            max_new_tokens=5,
-            temperature=1.0,
-            top_p=1.0,
-            agent_learning_rate=1e-2,
-            train_batch_size=2,
-            logging_steps=2,
-            eval_interval=0,
-            disable_tqdm=True,
-            seed=3,
-            pair_selection="random",
+            **madpo_values(
+                out,
+                num_train_epochs=3,
+                preference_pairs_per_sample=3,
+                max_new_tokens=5,
+                logging_steps=2,
+                seed=3,
+                pair_selection="random",
+            )
         )
         return MADPOTrainer(
             agent_model=tiny_model_path,

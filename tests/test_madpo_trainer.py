@@ -3,11 +3,12 @@ save_model, evaluation and the constructor's checks."""
 
 from __future__ import annotations
 
-import json
 import logging
 
 import pytest
 import torch
+from trainer_helpers import agent_snapshots as snapshot
+from trainer_helpers import madpo_values, plan_items, records, varied_reward
 
 from comlrl.seeding import derive_seed
 from comlrl.trainers.preference import MADPOConfig, MADPOTrainer
@@ -26,42 +27,12 @@ NAMES = [
 ]
 
 
-def varied_reward(a, b):
-    """Varies with the sampled texts, so non-tied pairs exist."""
-    return float(len(a[0]) % 5) + 0.5 * float(len(b[0]) % 3)
-
-
 def items(n=4):
-    return [{"prompt": f"Task {i}: write a short plan."} for i in range(n)]
+    return plan_items(n)
 
 
 def config(tmp_path, **overrides):
-    values = dict(
-        output_dir=str(tmp_path / "out"),
-        num_train_epochs=1,
-        preference_num_candidates=4,
-        preference_pairs_per_sample=2,
-        max_new_tokens=6,
-        temperature=1.0,
-        top_p=1.0,
-        agent_learning_rate=1e-2,
-        train_batch_size=2,
-        logging_steps=1,
-        eval_interval=0,
-        disable_tqdm=True,
-    )
-    values.update(overrides)
-    return MADPOConfig(**values)
-
-
-def snapshot(trainer):
-    return [
-        [p.detach().clone() for p in trainer.policy.trainable_parameters(n)] for n in trainer.policy.policies
-    ]
-
-
-def records(trainer):
-    return [json.loads(line) for line in trainer.metrics_logger.path.read_text().splitlines()]
+    return MADPOConfig(**madpo_values(tmp_path / "out", **{"num_train_epochs": 1, **overrides}))
 
 
 def test_train_updates_every_agent_and_logs_the_metrics(tiny_model_path, tmp_path):

@@ -5,22 +5,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from trainer_helpers import CountingReward, plan_items, weights
 
 from comlrl.rollout import Completion
 from comlrl.trainers.base import ItemSample
 from comlrl.trainers.preference import MARLHFConfig
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 
-ITEMS = [{"prompt": f"Task {i}: write a short plan."} for i in range(3)]
-
-
-class CountingReward:
-    def __init__(self):
-        self.calls = 0
-
-    def __call__(self, a, b):
-        self.calls += 1
-        return float(len(a[0]) % 5) + 0.5 * float(len(b[0]) % 3)
+ITEMS = plan_items(3)
 
 
 def config(tmp_path, **overrides):
@@ -40,14 +32,6 @@ def config(tmp_path, **overrides):
     )
     values.update(overrides)
     return MAGRPOConfig(**values)
-
-
-def weights(trainer):
-    return {
-        f"{name}.{k}": p.detach().clone()
-        for name in trainer.policy.policies
-        for k, p in trainer.policy.named_trainable_parameters(name)
-    }
 
 
 def test_magrpo_updates_every_agent_on_the_task_reward(tiny_model_path, tmp_path):

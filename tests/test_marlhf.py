@@ -4,7 +4,7 @@ settings, warm start, exact resume between rounds, and the reward-model source /
 from __future__ import annotations
 
 import pytest
-import torch
+from trainer_helpers import CountingReward, assert_same_run, changed_per_agent, plan_items, weights
 
 from comlrl.trainers.preference import (
     MARLHFConfig,
@@ -14,19 +14,8 @@ from comlrl.trainers.preference import (
 )
 from comlrl.trainers.preference.reward_model import JointRewardModel
 
-ITEMS = [{"prompt": f"Task {i}: write a short plan."} for i in range(3)]
+ITEMS = plan_items(3)
 RL_ALGORITHMS = ["magrpo", "mareinforce", "marloo", "maremax", "maac", "iac"]
-
-
-class CountingReward:
-    """The task reward; counts its calls (one per joint response scored)."""
-
-    def __init__(self):
-        self.calls = 0
-
-    def __call__(self, a, b):
-        self.calls += 1
-        return float(len(a[0]) % 5) + 0.5 * float(len(b[0]) % 3)
 
 
 def tiny(**overrides):
@@ -50,21 +39,6 @@ def tiny(**overrides):
     )
     values.update(overrides)
     return values
-
-
-def weights(trainer):
-    return {
-        f"{name}.{k}": p.detach().clone()
-        for name in trainer.policy.policies
-        for k, p in trainer.policy.named_trainable_parameters(name)
-    }
-
-
-def changed_per_agent(before, after):
-    return {
-        agent: any(not torch.equal(before[k], after[k]) for k in before if k.startswith(agent + "."))
-        for agent in {k.split(".")[0] for k in before}
-    }
 
 
 @pytest.mark.parametrize("rl_algorithm", RL_ALGORITHMS)
@@ -165,19 +139,6 @@ def test_reward_warm_start_continues_the_previous_rounds_model(tiny_model_path, 
     assert fits == [0.0, 1.0]
 
 
-def assert_same_run(done, resumed, out_done, out_resumed):
-    a, b = weights(done), weights(resumed)
-    assert a.keys() == b.keys()
-    assert all(torch.equal(a[k], b[k]) for k in a), [k for k in a if not torch.equal(a[k], b[k])][:3]
-    assert done.metrics_logger.history == resumed.metrics_logger.history
-    assert (out_done / "metrics.jsonl").read_bytes() == (out_resumed / "metrics.jsonl").read_bytes()
-    for name in ("env_step", "updates_seen", "pairs_built", "pairs_skipped", "eval_count"):
-        assert getattr(done, name) == getattr(resumed, name), name
-    for c1, c2 in zip(done.critics, resumed.critics):
-        s1, s2 = c1.state_dict(), c2.state_dict()
-        assert all(torch.equal(s1[k], s2[k]) for k in s1)
-
-
 class Crash(Exception):
     pass
 
@@ -229,7 +190,7 @@ def test_marlhf_iter_resumes_exactly_from_a_checkpoint_between_rounds(tiny_model
 
     resumed = trainer(out_b)
     resumed.train(resume_from_checkpoint=out_b / "ck" / "checkpoint-1", checkpoint_dir=out_b / "ck")
-    assert_same_run(done, resumed, out_a, out_b)
+    assert_same_run(done, resumed, out_a, out_b, critics=True)
     # The critic's optimizer kept its state across rounds: one step per update of all three rounds.
     steps = {int(s["step"]) for s in resumed.rl.critic_optimizers[0].state_dict()["state"].values()}
     assert steps == {resumed.updates_seen}
@@ -256,7 +217,7 @@ def test_marlhf_base_resumes_exactly_after_an_rl_epoch(tiny_model_path, tmp_path
 
     resumed = trainer(out_b)
     resumed.train(resume_from_checkpoint=out_a / "ck" / "checkpoint-1", checkpoint_dir=out_b / "ck")
-    assert_same_run(done, resumed, out_a, out_b)
+    assert_same_run(done, resumed, out_a, out_b, critics=True)
 
 
 def test_reward_model_source_and_device_rules(tiny_model_path, tmp_path):

@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from trainer_helpers import plan_items
+from trainer_helpers import varied_reward as reward
 
 from comlrl.rollout import Completion
 from comlrl.trainers.base import ItemSample
 from comlrl.trainers.reference_kl import ReferencePolicy, reference_devices, shaped_rewards
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 
-ITEMS = [{"prompt": f"Task {i}: write a short plan."} for i in range(2)]
-
-
-def reward(a, b):
-    return float(len(a[0]) % 5) + 0.5 * float(len(b[0]) % 3)
+ITEMS = plan_items(2)
 
 
 def trainer_with_reference(tmp_path, tiny_model_path, **overrides):
