@@ -559,6 +559,13 @@ def job_smollm(task: TaskSettings, results: Path, eval_instances: int) -> dict[s
         "completions": int(sum(h.get("num_samples", 0) for h in history)),
         "train_success_rate": [h.get("success_rate") for h in history],
         "parse_error_rate": [h.get("parse_error_rate") for h in history],
+        "frac_reward_zero_std": [h.get("frac_reward_zero_std") for h in history],
+        "mean_completion_length": [h.get("completions/mean_length") for h in history],
+        "max_completion_length": small_task.max_completion_length,
+        "example_responses": [
+            {"role": s.role, "turn": s.turn, "response": s.response, "parse_error": s.parse_error}
+            for s in (trainer.last_eval.samples[:4] if trainer.last_eval is not None else [])
+        ],
         "seconds": {"load": load_s, "eval_before": eval_before_s, "train": train_s,
                     "total": time.perf_counter() - t0},
         "threads": __import__("torch").get_num_threads(),
