@@ -98,11 +98,18 @@ class TaskSettings:
     # (not recorded) before the oracle takes over, so the warm start also sees later-turn prompts (tool
     # reports, failed moves); 0: the pipeline's plain oracle demonstrations, which all end in turn 0.
     demo_late_turn_fraction: float = 0.5
+    # Most simulate calls in a tool-agent demonstration: the oracle's path among random ones, so the warm
+    # start tries several candidates (the env keeps the best as the proposal); 1: the oracle's path alone.
+    demo_tool_candidates: int = 1
     # Training and held-out instances.
     train_seed_range: tuple[int, int] = (0, 100_000)
     eval_seed_start: int = 1_000_000
     eval_instances: int = 50
-    max_completion_length: int = 24
+    # Success = mean over `eval_samples` trajectories per instance at `eval_temperature` (the issue's `eval`
+    # stage); greedy success (one trajectory at temperature 0) is reported next to it.
+    eval_samples: int = 4
+    eval_temperature: float = 1.0
+    max_completion_length: int = 48
 
     def env_config(self, turn_order: Sequence[str] = WORKFLOW) -> dict[str, Any]:
         return {
@@ -337,10 +344,15 @@ def _trainer(method: Method, policy, task: TaskSettings, rl: RLSettings, seed: i
     )
 
 
-def _evaluate(trainer, task: TaskSettings) -> float:
+def _evaluate(trainer, task: TaskSettings) -> dict[str, float]:
+    """Held-out success: ``sampled`` (mean over ``eval_samples`` trajectories at ``eval_temperature``) and
+    ``greedy`` (one trajectory at temperature 0)."""
     check_heldout({"RL train seeds": trainer.config.train_seed_range, "demonstration seeds": task.demo_seeds},
                   task.eval_seeds)
-    return trainer.evaluate(list(task.eval_seeds), num_samples=1, temperature=0.0, log=False)["eval/success_rate"]
+    ids = list(task.eval_seeds)
+    sampled = trainer.evaluate(ids, num_samples=task.eval_samples, temperature=task.eval_temperature, log=False)
+    greedy = trainer.evaluate(ids, num_samples=1, temperature=0.0, log=False)
+    return {"sampled": sampled["eval/success_rate"], "greedy": greedy["eval/success_rate"]}
 
 
 def detour_turns(instance_seed: int, fraction: float, max_turns: int, seed: int) -> int:
@@ -360,11 +372,11 @@ class DetourOracle:
     """Random answers (with some malformed ones) for the first ``detour`` turns, not recorded; then the
     oracle's answers, recorded as ``(role, prompt, response)``."""
 
-    def __init__(self, detour: int, seed: int) -> None:
+    def __init__(self, detour: int, seed: int, tool_candidates: int = 1) -> None:
         from pettingllms.scripted import OraclePolicy, RandomPolicy
 
         self.detour = detour
-        self.oracle = OraclePolicy()
+        self.oracle = OraclePolicy(tool_candidates=tool_candidates, seed=seed)
         self.random = RandomPolicy(seed=seed, malformed_prob=0.25)
         self.records: list[tuple[str, Any, str]] = []
 
@@ -395,7 +407,7 @@ def late_turn_demonstrations(
         try:
             for instance in task.demo_seeds:
                 detour = detour_turns(instance, task.demo_late_turn_fraction, task.max_turns, seed)
-                recorder = DetourOracle(detour, seed=instance)
+                recorder = DetourOracle(detour, seed=instance, tool_candidates=task.demo_tool_candidates)
                 result = await play_episode(env, agents, recorder, instance)
                 if recorder.records and not result.success:
                     raise RuntimeError(f"the oracle did not solve demonstration instance {instance}")
@@ -428,7 +440,8 @@ def job_warm_start(seed: int, task: TaskSettings, results: Path) -> dict[str, An
         demos.update(late_turn_demonstrations(task, ("single",), None, seed))
     else:  # the pipeline's `sft` stage demonstrations
         demos = make_demonstrations("plan_path", task.env_config(WORKFLOW), task.demo_seeds,
-                                    agent_options=tool_options, held_out_seeds=task.eval_seeds)
+                                    agent_options=tool_options, held_out_seeds=task.eval_seeds,
+                                    tool_candidates=task.demo_tool_candidates)
         demos.update(make_demonstrations("plan_path", task.env_config(("single",)), task.demo_seeds,
                                          held_out_seeds=task.eval_seeds))
     demo_s = time.perf_counter() - t0
@@ -453,7 +466,8 @@ def job_warm_start(seed: int, task: TaskSettings, results: Path) -> dict[str, An
     for name, level_method in (("start_multi", METHODS["at_grpo_l1"]), ("start_single", METHODS["grpo_l0"])):
         policy = _policy(level_method.policy_level, str(model_dir), seed)
         trainer = _trainer(level_method, policy, task, RLSettings(), seed, results / "cache" / "eval-tmp", 1)
-        starts[name] = _evaluate(trainer, task)
+        result = _evaluate(trainer, task)
+        starts[name], starts[name + "_greedy"] = result["sampled"], result["greedy"]
     record = {
         "seed": seed, "settings_key": key, "task": dataclasses.asdict(task), "model_dir": str(model_dir),
         "demonstrations": {role: len(v) for role, v in demos.items()},
@@ -484,7 +498,8 @@ def job_cell(method_name: str, seed: int, task: TaskSettings, rl: RLSettings, re
     trainer = _trainer(method, policy, task, rl, seed, run_dir, max_steps)
     before = _evaluate(trainer, task)
     eval_s = time.perf_counter() - t0
-    completions, history, curve = 0, [], [{"completions": 0, "success": before}]
+    completions, history, curve = 0, [], [{"completions": 0, "success": before["sampled"],
+                                           "greedy": before["greedy"]}]
     next_eval = rl.eval_every or None
     stopped_by = "budget"
     train_start = time.perf_counter()
@@ -505,18 +520,22 @@ def job_cell(method_name: str, seed: int, task: TaskSettings, rl: RLSettings, re
         })
         print(json.dumps({"cell": f"{method_name}-seed{seed}", **history[-1], "total": completions}), flush=True)
         if next_eval is not None and completions >= next_eval and completions < rl.sample_budget:
-            curve.append({"completions": completions, "success": _evaluate(trainer, task)})
+            point = _evaluate(trainer, task)
+            curve.append({"completions": completions, "success": point["sampled"], "greedy": point["greedy"]})
             next_eval += rl.eval_every
     train_s = time.perf_counter() - train_start
     after = _evaluate(trainer, task)
-    curve.append({"completions": completions, "success": after})
+    curve.append({"completions": completions, "success": after["sampled"], "greedy": after["greedy"]})
     result = {
         "method": method_name, "label": method.label, "seed": seed, "policy_level": method.policy_level,
         "sampling_mode": method.sampling_mode, "roles": list(method.roles),
         "tools": {r: TOOLS[r] for r in method.roles}, "settings_key": cell_key(method_name, seed, task, rl),
         "rl": dataclasses.asdict(rl), "task": dataclasses.asdict(task),
         "warm_start": {k: warm[k] for k in ("start_multi", "start_single", "model_dir")},
-        "success_before": before, "success_after": after, "gain": after - before,
+        "success_before": before["sampled"], "success_after": after["sampled"],
+        "gain": after["sampled"] - before["sampled"],
+        "greedy_before": before["greedy"], "greedy_after": after["greedy"],
+        "eval_samples": task.eval_samples, "eval_temperature": task.eval_temperature,
         "completions": completions, "sample_budget": rl.sample_budget, "steps": trainer.global_step,
         "completions_per_step_bounds": [fewest, most], "stopped_by": stopped_by,
         "eval_instances": task.eval_instances, "eval_seeds": [task.eval_seeds.start, task.eval_seeds.stop],
@@ -555,7 +574,8 @@ def job_smollm(task: TaskSettings, results: Path, eval_instances: int) -> dict[s
     result = {
         "model": small_task.model, "method": "at_grpo_l1", "steps": trainer.global_step, "problems_per_step": 2,
         "num_generations": 2, "learning_rate": rl.learning_rate, "warm_start": False,
-        "eval_instances": eval_instances, "success_before": before, "success_after": after,
+        "eval_instances": eval_instances, "success_before": before["sampled"], "success_after": after["sampled"],
+        "greedy_before": before["greedy"], "greedy_after": after["greedy"],
         "completions": int(sum(h.get("num_samples", 0) for h in history)),
         "train_success_rate": [h.get("success_rate") for h in history],
         "parse_error_rate": [h.get("parse_error_rate") for h in history],

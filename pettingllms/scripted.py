@@ -40,10 +40,30 @@ def _format(agent: Any, answer: Any) -> str:
 
 
 class OraclePolicy:
-    """The environment's oracle answer for the current state, in the agent's response format."""
+    """The environment's oracle answer for the current state, in the agent's response format.
+
+    ``tool_candidates`` > 1 makes tool agents search the way a model can: each tool response holds
+    ``1 .. min(tool_candidates, agent.max_tool_calls)`` calls (count drawn uniformly), the oracle's
+    answer at a random position among random well-formed answers (the env's ``random_answer``). A model
+    fine-tuned on these learns to try several candidates, and the env keeps the best one as the
+    proposal. Draws come from a generator seeded by ``seed``; other roles always get the oracle answer.
+    """
+
+    def __init__(self, tool_candidates: int = 1, seed: int = 0) -> None:
+        if isinstance(tool_candidates, bool) or not isinstance(tool_candidates, int) or tool_candidates < 1:
+            raise ValueError(f"`tool_candidates` must be an integer >= 1, got {tool_candidates!r}")
+        self.tool_candidates = tool_candidates
+        self.rng = random.Random(seed)
 
     def respond(self, agent: Any, env: Any) -> str:
-        return _format(agent, env.oracle_answer(env.state))
+        answer = env.oracle_answer(env.state)
+        max_calls = getattr(agent, "max_tool_calls", None)
+        if self.tool_candidates == 1 or max_calls is None:
+            return _format(agent, answer)
+        count = self.rng.randint(1, min(self.tool_candidates, max_calls))
+        answers = [env.random_answer(env.state, self.rng) for _ in range(count - 1)]
+        answers.insert(self.rng.randrange(count), answer)
+        return "\n".join(_format(agent, a) for a in answers)
 
 
 class RandomPolicy:

@@ -126,14 +126,31 @@ def test_tool_agent_is_scored_on_its_proposal_and_leaves_the_real_state_alone():
     env = hand_env()
     tool = PlanPathToolAgent()
     tool.update_from_env(0, env)
-    tool.update_from_model("let me try\nsimulate: D D\nsimulate: R R R D D")
+    tool.update_from_model("let me try\nsimulate: D D\nsimulate: R R R D D\nsimulate: R")
     result = asyncio.run(env.step_agent(tool))
-    # proposal = last call that produced one: reaches the goal -> local = 1.0 - 0.0
+    # proposal = the call with the best simulated result (the goal, not the later `R`): local = 1.0 - 0.0
     assert result.local_reward == pytest.approx(1.0)
     # not last in the turn: global is the task reward of the (unchanged) state after its step
     assert result.global_reward == 0.0 and env.state.pos == (0, 0)
-    assert env.state.proposal == "R R R D D" and len(env.state.tool_reports) == 2
+    assert env.state.proposal == "R R R D D" and len(env.state.tool_reports) == 3
     assert "goal reached" in env.state.tool_reports[1].output
+
+
+def test_tool_proposal_is_the_earliest_of_equally_good_calls_and_counts_blocked_moves():
+    env = hand_env()
+    tool = PlanPathToolAgent()
+    tool.update_from_env(0, env)
+    before = env.task_reward_of(env.state)
+    # `U` is blocked (off the grid): worth -0.1; `R` and `D` make the same progress; `R` comes first
+    tool.update_from_model("simulate: U\nsimulate: R\nsimulate: D")
+    result = asyncio.run(env.step_agent(tool))
+    assert env.state.proposal == "R"
+    after_r, _ = env.apply_answer(env.state, ("R",))
+    assert result.local_reward == pytest.approx(env.task_reward_of(after_r) - before)
+    env = hand_env()
+    tool.update_from_env(0, env)
+    tool.update_from_model("simulate: U")
+    assert asyncio.run(env.step_agent(tool)).local_reward == pytest.approx(-0.1)
 
 
 def test_tool_agent_failures():

@@ -74,6 +74,32 @@ def test_demonstrations_hold_the_agents_own_prompts_and_the_oracle_answers():
         assert asyncio.run(env.step_agent(plan)).success
 
 
+def test_tool_candidates_put_the_oracle_path_among_random_calls_and_the_env_keeps_it():
+    seeds = range(40)
+    demos = make_demonstrations("plan_path", SMALL_PATH, seeds, agent_options=TOOLS, tool_candidates=3)
+    assert demos == make_demonstrations("plan_path", SMALL_PATH, seeds, agent_options=TOOLS, tool_candidates=3)
+    counts = set()
+    for seed, tool_demo, plan_demo in zip(seeds, demos["tool"], demos["plan"]):
+        env = make_env("plan_path", SMALL_PATH)
+        tool, _plan = make_agents("plan_path", ["tool", "plan"], TOOLS)
+        asyncio.run(env.reset(seed))
+        path = " ".join(env.oracle_answer(env.state))
+        lines = tool_demo.response.split("\n")
+        counts.add(len(lines))
+        assert all(line.startswith("simulate: ") for line in lines) and f"simulate: {path}" in lines
+        tool.update_from_env(0, env)
+        tool.update_from_model(tool_demo.response)
+        assert asyncio.run(env.step_agent(tool)).local_reward == pytest.approx(1.0)  # the best call is kept
+        assert plan_demo.response == f"#### {path}"
+    assert counts == {1, 2, 3}
+    plain = _demos(seeds)
+    assert all("\n" not in d.response for d in plain["tool"])  # default: the oracle's call alone
+    with pytest.raises(ValueError, match="`tool_candidates` must be an integer >= 1"):
+        make_demonstrations("plan_path", SMALL_PATH, seeds, agent_options=TOOLS, tool_candidates=0)
+    with pytest.raises(ValueError, match="`tool_candidates` must be an integer >= 1"):
+        SFTWarmStartConfig(tool_candidates=0)
+
+
 def test_single_agent_demonstrations_and_text_prompts():
     config = {**SMALL_PATH, "turn_order": ["single"]}
     demos = make_demonstrations("plan_path", config, range(3), agent_options={"single": {"prompt_style": "text"}})

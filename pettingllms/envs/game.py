@@ -15,10 +15,14 @@ Rewards (defaults in :class:`GameConfig`; every environment documents its task r
   counts the parts of the action the rules rejected (no-op moves into walls, changed givens);
   ``parse_error_reward`` (state unchanged) when the answer does not parse.
 * tool agent, local, an *increment* measured on a copy (the real state does not change):
-  the same formula for its proposal (the answer of its last tool call that produced one) against the
-  current state; ``tool_failure_reward`` when no call produced a proposal (invalid argument, code that
-  errors, times out, hits a limit or prints no answer); ``parse_error_reward`` when the response holds
-  no tool call.
+  the same formula for its proposal against the current state; ``tool_failure_reward`` when no call
+  produced a proposal (invalid argument, code that errors, times out, hits a limit or prints no answer);
+  ``parse_error_reward`` when the response holds no tool call.
+
+Proposal. A tool agent may try several candidates in one response (up to ``max_tool_calls``); its
+proposal is the candidate whose simulated result is best (highest local reward, the earliest among
+equals), as a search through the simulator would keep. The plan agent sees every call's report and the
+proposal.
 """
 
 from __future__ import annotations
@@ -282,7 +286,8 @@ class ToolAgent(GameAgent):
         prompts = self.spec.prompts
         system = (
             f"{prompts.task}\nYou are the tool agent: use tools to find a good answer; the plan agent "
-            f"then acts.\nTools (one call per line):\n{_tool_lines(prompts, self.spec.env_tool, self.tools)}"
+            f"then acts.\nTools (one call per line, at most {self.max_tool_calls}; the best result is your "
+            f"proposal):\n{_tool_lines(prompts, self.spec.env_tool, self.tools)}"
         )
         example = self.spec.env_tool if self.spec.env_tool in self.tools else PYTHON_TOOL
         closing = (
@@ -340,7 +345,7 @@ class ToolAgent(GameAgent):
             self.failure = "parse_error"
             return
         reports: list[ToolReport] = []
-        proposal, proposal_state, proposal_invalid, last_failure = None, None, 0, None
+        proposal, proposal_state, proposal_value, last_failure = None, None, 0.0, None
         for call in self.action:
             if call.name == PYTHON_TOOL:
                 answer, output, failure = await self._run_python(env, call.argument, env_worker)
@@ -351,7 +356,12 @@ class ToolAgent(GameAgent):
                     answer, output, failure = None, f"error: {exc}", "tool_error"
             if answer is not None:
                 new_state, outcome = env.apply_answer(state, answer)
-                proposal, proposal_state, proposal_invalid = answer, new_state, outcome.invalid
+                value = action_local_reward(
+                    env.task_reward_of(state), env.task_reward_of(new_state), outcome.invalid,
+                    config.invalid_action_penalty,
+                )
+                if proposal_state is None or value > proposal_value:  # the best candidate, earliest on ties
+                    proposal, proposal_state, proposal_value = answer, new_state, value
                 output = (output + " " if output else "") + outcome.report
             else:
                 last_failure = failure
@@ -363,10 +373,7 @@ class ToolAgent(GameAgent):
             self.local_reward = config.tool_failure_reward
             self.failure = last_failure or "no_proposal"
         else:
-            self.local_reward = action_local_reward(
-                env.task_reward_of(state), env.task_reward_of(proposal_state),
-                proposal_invalid, config.invalid_action_penalty,
-            )
+            self.local_reward = proposal_value
         self.feedback = "\n".join(f"{r.name}: {r.output}" for r in reports)
 
 

@@ -55,6 +55,8 @@ class SFTWarmStartConfig:
     - ``num_problems``: instances the oracle plays; seeds ``seed_start .. seed_start + num_problems - 1``,
       disjoint from the held-out eval seeds (checked).
     - ``seed_start``: first demonstration instance seed.
+    - ``tool_candidates``: most tool calls in a tool-agent demonstration (the oracle's answer among random
+      candidates; see :class:`~pettingllms.scripted.OraclePolicy`); 1: the oracle's answer alone.
 
     > Parameters that control training
 
@@ -67,6 +69,9 @@ class SFTWarmStartConfig:
 
     num_problems: int = field(default=64, metadata={"help": "Instances the oracle plays for demonstrations."})
     seed_start: int = field(default=0, metadata={"help": "First demonstration instance seed."})
+    tool_candidates: int = field(
+        default=1, metadata={"help": "Most tool calls per tool-agent demonstration (oracle among random ones)."}
+    )
     epochs: int = field(default=3, metadata={"help": "Passes over each policy's demonstrations."})
     learning_rate: float = field(default=1e-3, metadata={"help": "AdamW learning rate (constant)."})
     batch_size: int = field(default=8, metadata={"help": "Demonstrations per optimizer step."})
@@ -74,7 +79,7 @@ class SFTWarmStartConfig:
     max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm; 0 disables it."})
 
     def __post_init__(self) -> None:
-        for name in ("num_problems", "epochs", "batch_size", "max_length"):
+        for name in ("num_problems", "epochs", "batch_size", "max_length", "tool_candidates"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}")
@@ -313,7 +318,7 @@ def sft_stage(
     env_name, env_fields, agent_options = env_arguments(config)
     demos = make_demonstrations(
         env_name, env_fields, settings.seeds, agent_options=agent_options, held_out_seeds=held_out_seeds,
-        env_worker=env_worker,
+        env_worker=env_worker, tool_candidates=settings.tool_candidates,
     )
     return sft_warm_start(
         policy, demos, epochs=settings.epochs, learning_rate=settings.learning_rate,
