@@ -259,7 +259,7 @@ def test_madpo_stage_trains_through_comlrl_with_the_environment_as_oracle(tiny_r
     warm = tiny_run[0] / "sft" / "policies" / "shared"  # the warm-started model: parseable answers
     run_dir = tmp_path / "madpo_run"
     config = tiny_config(
-        warm, run_dir, "pipeline=[madpo]", "madpo.num_problems=4", "madpo.num_iterations=1",
+        warm, run_dir, "pipeline=[madpo]", "madpo.num_problems=8", "madpo.num_iterations=1",
         "madpo.preference_num_candidates=4", "madpo.train_batch_size=2",
     )
     before = _weights(warm.parent)

@@ -198,10 +198,15 @@ def _shorten(text: str, limit: int = _OUTPUT_LIMIT) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _status_lines(env: GameEnv, state: GameState, turn_idx: int) -> list[str]:
-    lines = [f"Turn {turn_idx + 1} of {env.config.max_turns}.", "Current state:", env.render(state)]
-    lines.append(f"Last action: {state.last_report or 'none yet'}")
-    return lines
+def _status_lines(env: GameEnv, state: GameState, turn_idx: int, instruction: str) -> list[str]:
+    """Turn, instruction, last action, then the board last: what the answer depends on sits right before
+    it, at a fixed distance, which small models learn to read far sooner than text further back."""
+    return [
+        f"Turn {turn_idx + 1} of {env.config.max_turns}. {instruction}",
+        f"Last action: {state.last_report or 'none yet'}",
+        "Current state:",
+        env.render(state),
+    ]
 
 
 def _report_lines(state: GameState) -> list[str]:
@@ -295,7 +300,7 @@ class ToolAgent(GameAgent):
             if example != PYTHON_TOOL
             else "Call the python tool now with a ```python block."
         )
-        user = "\n".join(_status_lines(env, env.state, turn_idx) + [closing])
+        user = "\n".join(_status_lines(env, env.state, turn_idx, closing))
         self.prompt = build_prompt(system, user, self.prompt_style)
         return self.prompt
 
@@ -392,10 +397,10 @@ class PlanAgent(GameAgent):
         self._answer_spec = env.answer_spec()
         prompts = self.spec.prompts
         system = f"{prompts.task}\n{self._role_text()}\n{prompts.answer_help}"
-        lines = _status_lines(env, env.state, turn_idx)
-        if self.sees_tool_report:
+        closing = f"End with one line `#### <answer>`, e.g. `#### {prompts.answer_example}`."
+        lines = _status_lines(env, env.state, turn_idx, closing)
+        if self.sees_tool_report:  # last: the proposal is what a plan agent most often plays
             lines += _report_lines(env.state)
-        lines.append(f"End with one line `#### <answer>`, e.g. `#### {prompts.answer_example}`.")
         self.prompt = build_prompt(system, "\n".join(lines), self.prompt_style)
         return self.prompt
 
