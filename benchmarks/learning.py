@@ -100,7 +100,7 @@ class TaskSettings:
     demo_late_turn_fraction: float = 0.5
     # Most simulate calls in a tool-agent demonstration: the oracle's path among random ones, so the warm
     # start tries several candidates (the env keeps the best as the proposal); 1: the oracle's path alone.
-    demo_tool_candidates: int = 1
+    demo_tool_candidates: int = 3
     # Training and held-out instances.
     train_seed_range: tuple[int, int] = (0, 100_000)
     eval_seed_start: int = 1_000_000
@@ -239,8 +239,10 @@ def build_table(
 
     def start_row(label: str, key: str, roles: Sequence[str]) -> dict[str, Any]:
         values = {s: warm[s][key] for s in seeds if s in warm}
+        greedy = [warm[s][key + "_greedy"] for s in seeds if s in warm and key + "_greedy" in warm[s]]
         return {
             "row": label, "tools": tools_text(roles), "per_seed": values, "mean": mean(list(values.values())),
+            "greedy_mean": mean(greedy),
             "start_mean": None, "gain": None, "completions": 0, "minutes": None,
         }
 
@@ -255,18 +257,19 @@ def build_table(
         rows.append({
             "row": method.label, "method": name, "tools": tools_text(method.roles), "per_seed": values,
             "mean": after, "start_mean": start,
+            "greedy_mean": mean([c["greedy_after"] for c in done.values() if "greedy_after" in c]),
             "gain": None if after is None else after - start,
             "completions": mean([c["completions"] for c in done.values()]),
             "minutes": mean([c["seconds_total"] / 60 for c in done.values()]),
         })
-    header = ["Row", "Agents: tools", *[f"seed {s}" for s in seeds], "mean", "Δ vs start (points)",
+    header = ["Row", "Agents: tools", *[f"seed {s}" for s in seeds], "mean", "Δ vs start (points)", "greedy mean",
               "RL completions / cell", "min / cell"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         completions = row["completions"]
         lines.append("| " + " | ".join([
             row["row"], row["tools"], *[_pct(row["per_seed"].get(s)) for s in seeds], _pct(row["mean"]),
-            _points(row["gain"]), "—" if not completions else f"{completions:.0f}",
+            _points(row["gain"]), _pct(row["greedy_mean"]), "—" if not completions else f"{completions:.0f}",
             "—" if row["minutes"] is None else f"{row['minutes']:.1f}",
         ]) + " |")
     return rows, "\n".join(lines)

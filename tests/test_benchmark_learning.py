@@ -64,6 +64,16 @@ def test_table_means_and_targets_match_hand_computation():
     assert math.isclose(checks["at_grpo_l1"]["margin_over_grpo_l0"], 0.65 - 0.3)
     assert checks["at_grpo_l1"]["margin_met"] is True
     assert "grpo_l0" not in checks
+    assert rows[0]["greedy_mean"] is None and "greedy mean" in table  # cells without greedy numbers
+
+
+def test_table_reports_greedy_means_next_to_the_sampled_ones():
+    warm = {0: {"start_multi": 0.2, "start_single": 0.3, "start_multi_greedy": 0.1, "start_single_greedy": 0.5}}
+    cell = {**_cell(0.2, 0.4), "greedy_before": 0.1, "greedy_after": 0.25}
+    rows, table = learning.build_table([0], warm, {("at_grpo_l1", 0): cell}, ["at_grpo_l1"])
+    assert math.isclose(rows[0]["greedy_mean"], 0.1) and math.isclose(rows[1]["greedy_mean"], 0.5)
+    assert math.isclose(rows[2]["greedy_mean"], 0.25) and math.isclose(rows[2]["mean"], 0.4)
+    assert "| 40% | +20 | 25% |" in table
 
 
 def test_rl_overrides_apply_per_method_and_reject_unknown_keys():
