@@ -101,6 +101,8 @@ class TaskSettings:
     # Most simulate calls in a tool-agent demonstration: the oracle's path among random ones, so the warm
     # start tries several candidates (the env keeps the best as the proposal); 1: the oracle's path alone.
     demo_tool_candidates: int = 3
+    # Plan-agent demonstrations answer `#### proposal` (play the tool's proposal) when the proposal solves.
+    demo_accept_proposals: bool = True
     # Training and held-out instances.
     train_seed_range: tuple[int, int] = (0, 100_000)
     eval_seed_start: int = 1_000_000
@@ -375,11 +377,11 @@ class DetourOracle:
     """Random answers (with some malformed ones) for the first ``detour`` turns, not recorded; then the
     oracle's answers, recorded as ``(role, prompt, response)``."""
 
-    def __init__(self, detour: int, seed: int, tool_candidates: int = 1) -> None:
+    def __init__(self, detour: int, seed: int, tool_candidates: int = 1, accept_proposals: bool = False) -> None:
         from pettingllms.scripted import OraclePolicy, RandomPolicy
 
         self.detour = detour
-        self.oracle = OraclePolicy(tool_candidates=tool_candidates, seed=seed)
+        self.oracle = OraclePolicy(tool_candidates=tool_candidates, seed=seed, accept_proposals=accept_proposals)
         self.random = RandomPolicy(seed=seed, malformed_prob=0.25)
         self.records: list[tuple[str, Any, str]] = []
 
@@ -410,7 +412,8 @@ def late_turn_demonstrations(
         try:
             for instance in task.demo_seeds:
                 detour = detour_turns(instance, task.demo_late_turn_fraction, task.max_turns, seed)
-                recorder = DetourOracle(detour, seed=instance, tool_candidates=task.demo_tool_candidates)
+                recorder = DetourOracle(detour, seed=instance, tool_candidates=task.demo_tool_candidates,
+                                        accept_proposals=task.demo_accept_proposals)
                 result = await play_episode(env, agents, recorder, instance)
                 if recorder.records and not result.success:
                     raise RuntimeError(f"the oracle did not solve demonstration instance {instance}")
@@ -444,7 +447,8 @@ def job_warm_start(seed: int, task: TaskSettings, results: Path) -> dict[str, An
     else:  # the pipeline's `sft` stage demonstrations
         demos = make_demonstrations("plan_path", task.env_config(WORKFLOW), task.demo_seeds,
                                     agent_options=tool_options, held_out_seeds=task.eval_seeds,
-                                    tool_candidates=task.demo_tool_candidates)
+                                    tool_candidates=task.demo_tool_candidates,
+                                    accept_proposals=task.demo_accept_proposals)
         demos.update(make_demonstrations("plan_path", task.env_config(("single",)), task.demo_seeds,
                                          held_out_seeds=task.eval_seeds))
     demo_s = time.perf_counter() - t0
@@ -798,8 +802,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if key not in task_fields:
             raise SystemExit(f"--task {item!r}: unknown key {key!r}; keys: {sorted(task_fields)}")
         default = getattr(TaskSettings(), key)
-        task_overrides[key] = type(default)(raw) if not isinstance(default, tuple) else tuple(
-            int(x) for x in raw.split(","))
+        if isinstance(default, bool):
+            if raw.lower() not in ("true", "false", "1", "0"):
+                raise SystemExit(f"--task {item!r}: {key} takes true or false")
+            task_overrides[key] = raw.lower() in ("true", "1")
+        elif isinstance(default, tuple):
+            task_overrides[key] = tuple(int(x) for x in raw.split(","))
+        else:
+            task_overrides[key] = type(default)(raw)
     if args.eval_instances is not None:
         task_overrides["eval_instances"] = args.eval_instances
     task = TaskSettings(**task_overrides)

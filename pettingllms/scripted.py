@@ -46,16 +46,24 @@ class OraclePolicy:
     ``1 .. min(tool_candidates, agent.max_tool_calls)`` calls (count drawn uniformly), the oracle's
     answer at a random position among random well-formed answers (the env's ``random_answer``). A model
     fine-tuned on these learns to try several candidates, and the env keeps the best one as the
-    proposal. Draws come from a generator seeded by ``seed``; other roles always get the oracle answer.
+    proposal. Draws come from a generator seeded by ``seed``.
+
+    ``accept_proposals``: a plan agent whose tool agent proposed an answer that solves the current state
+    answers ``#### proposal`` (play it as it is) instead of spelling the answer out.
     """
 
-    def __init__(self, tool_candidates: int = 1, seed: int = 0) -> None:
+    def __init__(self, tool_candidates: int = 1, seed: int = 0, accept_proposals: bool = False) -> None:
         if isinstance(tool_candidates, bool) or not isinstance(tool_candidates, int) or tool_candidates < 1:
             raise ValueError(f"`tool_candidates` must be an integer >= 1, got {tool_candidates!r}")
         self.tool_candidates = tool_candidates
+        self.accept_proposals = bool(accept_proposals)
         self.rng = random.Random(seed)
 
     def respond(self, agent: Any, env: Any) -> str:
+        if self.accept_proposals and getattr(agent, "sees_tool_report", False) and _proposal_solves(env):
+            from pettingllms.envs.game import ACCEPT_PROPOSAL
+
+            return f"#### {ACCEPT_PROPOSAL}"
         answer = env.oracle_answer(env.state)
         max_calls = getattr(agent, "max_tool_calls", None)
         if self.tool_candidates == 1 or max_calls is None:
@@ -64,6 +72,14 @@ class OraclePolicy:
         answers = [env.random_answer(env.state, self.rng) for _ in range(count - 1)]
         answers.insert(self.rng.randrange(count), answer)
         return "\n".join(_format(agent, a) for a in answers)
+
+
+def _proposal_solves(env: Any) -> bool:
+    proposal = getattr(env.state, "proposal", None)
+    if proposal is None:
+        return False
+    new_state, _ = env.apply_answer(env.state, env.parse_answer(proposal))
+    return bool(env.is_success(new_state))
 
 
 class RandomPolicy:

@@ -80,11 +80,22 @@ def test_generator_errors_name_the_field():
         PlanPathConfig(rows=0)
 
 
-def test_moves_into_walls_are_rejected_and_the_goal_stops_a_move_list():
+def test_moves_into_walls_are_rejected_and_a_list_must_end_on_the_goal():
     result = apply_moves(LEVEL, (0, 0), ("U", "L", "D", "R"))
     assert (result.pos, result.applied, result.invalid) == ((1, 0), 4, 3)
-    result = apply_moves(LEVEL, (1, 3), ("D", "U", "U"))  # reaches the goal after one move
-    assert (result.pos, result.applied, result.invalid, result.reached) == ((2, 3), 1, 0, True)
+    result = apply_moves(LEVEL, (1, 3), ("D", "U", "U"))  # passes over the goal and walks on: no success
+    assert (result.pos, result.applied, result.invalid, result.reached) == ((0, 3), 3, 0, False)
+    result = apply_moves(LEVEL, (1, 3), ("U", "D", "D"))  # a detour that ends on the goal
+    assert (result.pos, result.applied, result.invalid, result.reached) == ((2, 3), 3, 0, True)
+
+
+def test_a_sweeping_move_list_no_longer_solves():
+    env = hand_env(turn_order=["single"])
+    (agent,) = [PlanPathSingleAgent()]
+    agent.update_from_env(0, env)
+    agent.update_from_model("#### R R R D D L L L")  # visits the goal at (2, 3), ends at (2, 0)
+    result = asyncio.run(env.step_agent(agent))
+    assert not result.success and env.state.pos == (2, 0)
 
 
 def test_task_reward_on_hand_built_states():
@@ -316,3 +327,29 @@ def test_move_and_final_answer_parsers():
         extract_final_answer("#### U\n####\n")
     with pytest.raises(ParseError, match="no final answer"):
         extract_final_answer("U R")
+
+
+def test_plan_agent_can_play_the_tool_proposal_with_one_word():
+    env = hand_env()
+    tool, plan = PlanPathToolAgent(), PlanPathPlanAgent()
+    plan.update_from_env(0, env)  # no proposal yet: `#### proposal` does not parse
+    plan.update_from_model("#### proposal")
+    assert plan.action is None and "made no proposal" in plan.parse_error
+    tool.update_from_env(0, env)
+    tool.update_from_model("simulate: D D\nsimulate: R R R D D")
+    asyncio.run(env.step_agent(tool))
+    prompt = plan.update_from_env(0, env)
+    assert "`#### proposal`" in prompt[0]["content"] and prompt[-1]["content"].endswith("Tool proposal: R R R D D")
+    plan.update_from_model("I agree.\n#### Proposal")
+    assert plan.action == ("R", "R", "R", "D", "D")
+    result = asyncio.run(env.step_agent(plan))
+    assert result.success and "plan played R R R D D" in env.state.last_report
+
+
+def test_single_agent_has_no_proposal_to_accept():
+    env = hand_env(turn_order=["single"])
+    agent = PlanPathSingleAgent()
+    prompt = agent.update_from_env(0, env)
+    assert "proposal" not in prompt[0]["content"]
+    agent.update_from_model("#### proposal")
+    assert agent.action is None and "unknown move" in agent.parse_error

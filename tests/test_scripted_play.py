@@ -244,3 +244,25 @@ def test_role_policy_and_random_policy_validation():
     (tool,) = make_agents("sudoku", ["tool"])
     with pytest.raises(KeyError, match="no policy for role 'tool'"):
         RolePolicy({"plan": OraclePolicy()}).respond(tool, env)
+
+
+def test_oracle_accepts_a_solving_proposal_and_spells_out_the_answer_otherwise():
+    from pettingllms.scripted import _proposal_solves
+
+    env = make_env("plan_path", {**CONFIGS["plan_path"], "turn_order": ["tool", "plan"], "max_turns": 1})
+    tool, plan = make_agents("plan_path", ("tool", "plan"))
+    oracle, random_tool = OraclePolicy(accept_proposals=True), RandomPolicy(seed=3)
+    seen = set()
+    for seed in range(40):
+        asyncio.run(env.reset(seed))
+        tool.update_from_env(0, env)
+        tool.update_from_model(oracle.respond(tool, env) if seed % 2 else random_tool.respond(tool, env))
+        asyncio.run(env.step_agent(tool))
+        plan.update_from_env(0, env)
+        response = oracle.respond(plan, env)
+        solves = _proposal_solves(env)
+        seen.add(solves)
+        assert (response == "#### proposal") == solves
+        plan.update_from_model(response)
+        assert asyncio.run(env.step_agent(plan)).success  # either way the oracle's plan agent solves
+    assert seen == {True, False}

@@ -249,6 +249,10 @@ class GameAgent(Agent):
         raise NotImplementedError
 
 
+#: The plan agent's answer that plays the tool agent's proposal.
+ACCEPT_PROPOSAL = "proposal"
+
+
 class ToolAgent(GameAgent):
     """Acts through tools; its action is a tuple of :class:`~pettingllms.envs.game_parsers.ToolCall`.
 
@@ -383,18 +387,31 @@ class ToolAgent(GameAgent):
 
 
 class PlanAgent(GameAgent):
-    """Gives the final action (``#### <answer>``), applied to the real state; sees the tool report."""
+    """Gives the final action (``#### <answer>``), applied to the real state; sees the tool report.
+
+    ``#### proposal`` (:data:`ACCEPT_PROPOSAL`, any case) plays the tool agent's current proposal as it
+    is; without a proposal it is a parse error. Approving a plan is then one short answer, which a small
+    model learns far sooner than copying the plan token by token.
+    """
 
     default_role = "plan"
-    #: Whether the prompt shows the tool agent's latest report and proposal.
+    #: Whether the prompt shows the tool agent's latest report and proposal (and ``#### proposal`` works).
     sees_tool_report: ClassVar[bool] = True
 
+    def __init__(self, *, role: str | None = None, prompt_style: str = "chat") -> None:
+        super().__init__(role=role, prompt_style=prompt_style)
+        self._proposal: str | None = None
+
     def _role_text(self) -> str:
-        return "You are the plan agent: read the tool report and give the action to play."
+        return (
+            "You are the plan agent: read the tool report and give the action to play, or "
+            f"`#### {ACCEPT_PROPOSAL}` to play the tool proposal."
+        )
 
     def update_from_env(self, turn_idx: int, env_data: Any) -> Prompt:
         env = self._check_env(env_data)
         self._answer_spec = env.answer_spec()
+        self._proposal = env.state.proposal if self.sees_tool_report else None
         prompts = self.spec.prompts
         system = f"{prompts.task}\n{self._role_text()}\n{prompts.answer_help}"
         closing = f"End with one line `#### <answer>`, e.g. `#### {prompts.answer_example}`."
@@ -405,7 +422,12 @@ class PlanAgent(GameAgent):
         return self.prompt
 
     def parse(self, response: str) -> Any:
-        return self.spec.parse_answer(extract_final_answer(response), self._answer_context())
+        final = extract_final_answer(response)
+        if self.sees_tool_report and final.strip().lower() == ACCEPT_PROPOSAL:
+            if self._proposal is None:
+                raise ParseError(f"`#### {ACCEPT_PROPOSAL}` but the tool agent made no proposal this turn")
+            final = self._proposal
+        return self.spec.parse_answer(final, self._answer_context())
 
     def format_response(self, answer: Any) -> str:
         return f"#### {self.spec.format_answer(answer)}"

@@ -76,8 +76,8 @@ def _describe(seeds: Iterable[int]) -> str:
 class _RecordingOracle:
     """The oracle policy, keeping (role, prompt, response) of every decision it answers."""
 
-    def __init__(self, tool_candidates: int = 1, seed: int = 0) -> None:
-        self.oracle = OraclePolicy(tool_candidates=tool_candidates, seed=seed)
+    def __init__(self, tool_candidates: int = 1, seed: int = 0, accept_proposals: bool = False) -> None:
+        self.oracle = OraclePolicy(tool_candidates=tool_candidates, seed=seed, accept_proposals=accept_proposals)
         self.records: list[tuple[str, Any, str]] = []
 
     def respond(self, agent: Any, env: Any) -> str:
@@ -96,17 +96,18 @@ async def collect_demonstrations(
     env_worker: Any = None,
     skip_failed: bool = False,
     tool_candidates: int = 1,
+    accept_proposals: bool = False,
 ) -> dict[str, list[Demonstration]]:
     """``{role: [Demonstration, ...]}`` from oracle episodes on ``seeds`` (one agent per turn-order role).
 
     An episode the oracle does not solve (e.g. its answer exceeds the answer-length limit) is an error
-    naming the seed, or, with ``skip_failed``, left out with a warning. ``tool_candidates``: see
-    :class:`~pettingllms.scripted.OraclePolicy` (its draws are seeded by the instance seed).
+    naming the seed, or, with ``skip_failed``, left out with a warning. ``tool_candidates`` and
+    ``accept_proposals``: see :class:`~pettingllms.scripted.OraclePolicy` (draws seeded by the instance seed).
     """
     by_role: dict[str, list[Demonstration]] = {agent.role: [] for agent in agents}
     skipped: list[int] = []
     for seed in seeds:
-        recorder = _RecordingOracle(tool_candidates, seed=seed)
+        recorder = _RecordingOracle(tool_candidates, seed=seed, accept_proposals=accept_proposals)
         result = await play_episode(env, agents, recorder, seed, env_worker)
         if not result.success:
             if not skip_failed:
@@ -134,12 +135,14 @@ def make_demonstrations(
     env_worker: Any = None,
     skip_failed: bool = False,
     tool_candidates: int = 1,
+    accept_proposals: bool = False,
 ) -> dict[str, list[Demonstration]]:
     """Oracle demonstrations per role for registered environment ``env_name`` on instance ``seeds``.
 
     ``env_config`` is the environment's config (dataclass or mapping; its ``turn_order`` names the
     roles); ``agent_options`` are per-role agent options (e.g. ``{"tool": {"tools": ["simulate"]}}``);
-    ``tool_candidates``: calls per tool-agent demonstration, see :class:`~pettingllms.scripted.OraclePolicy`.
+    ``tool_candidates`` (calls per tool-agent demonstration) and ``accept_proposals`` (plan agents answer
+    ``#### proposal`` when the proposal solves): see :class:`~pettingllms.scripted.OraclePolicy`.
     When ``held_out_seeds`` is given, it must be disjoint from ``seeds``. Runs its own event loop; from
     async code, await :func:`collect_demonstrations`.
     """
@@ -154,7 +157,8 @@ def make_demonstrations(
     async def run() -> dict[str, list[Demonstration]]:
         try:
             return await collect_demonstrations(
-                env, agents, seeds, env_worker=env_worker, skip_failed=skip_failed, tool_candidates=tool_candidates
+                env, agents, seeds, env_worker=env_worker, skip_failed=skip_failed, tool_candidates=tool_candidates,
+                accept_proposals=accept_proposals,
             )
         finally:
             await env.close()

@@ -57,6 +57,8 @@ class SFTWarmStartConfig:
     - ``seed_start``: first demonstration instance seed.
     - ``tool_candidates``: most tool calls in a tool-agent demonstration (the oracle's answer among random
       candidates; see :class:`~pettingllms.scripted.OraclePolicy`); 1: the oracle's answer alone.
+    - ``accept_proposals``: plan-agent demonstrations answer ``#### proposal`` when the tool agent's
+      proposal solves the state (instead of spelling the answer out).
 
     > Parameters that control training
 
@@ -71,6 +73,9 @@ class SFTWarmStartConfig:
     seed_start: int = field(default=0, metadata={"help": "First demonstration instance seed."})
     tool_candidates: int = field(
         default=1, metadata={"help": "Most tool calls per tool-agent demonstration (oracle among random ones)."}
+    )
+    accept_proposals: bool = field(
+        default=False, metadata={"help": "Plan-agent demonstrations answer `#### proposal` when it solves."}
     )
     epochs: int = field(default=3, metadata={"help": "Passes over each policy's demonstrations."})
     learning_rate: float = field(default=1e-3, metadata={"help": "AdamW learning rate (constant)."})
@@ -319,6 +324,7 @@ def sft_stage(
     demos = make_demonstrations(
         env_name, env_fields, settings.seeds, agent_options=agent_options, held_out_seeds=held_out_seeds,
         env_worker=env_worker, tool_candidates=settings.tool_candidates,
+        accept_proposals=settings.accept_proposals,
     )
     return sft_warm_start(
         policy, demos, epochs=settings.epochs, learning_rate=settings.learning_rate,

@@ -2,7 +2,8 @@
 
 The board is a grid of ``'#'`` (wall) and ``'.'`` (free) cells; the player moves U / D / L / R one cell
 at a time. A move into a wall or off the grid is rejected (the player stays) and counted as invalid.
-Once the player stands on the goal the rest of a move list is ignored.
+Every move of a list is played: an answer succeeds when its *last* move ends on the goal (a list that
+passes over the goal and walks on does not; otherwise long lists that sweep the grid would win).
 """
 
 from __future__ import annotations
@@ -76,11 +77,9 @@ class MoveResult:
 
 
 def apply_moves(level: PlanPathLevel, pos: Cell, moves: tuple[str, ...] | list[str]) -> MoveResult:
-    """Play ``moves`` from ``pos``; stops consuming moves once the goal is reached."""
+    """Play every move of ``moves`` from ``pos``; ``reached``: the list ends on the goal."""
     applied = invalid = 0
     for move in moves:
-        if pos == level.goal:
-            break
         dr, dc = DELTAS[move]
         nxt = (pos[0] + dr, pos[1] + dc)
         applied += 1
