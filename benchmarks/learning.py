@@ -728,7 +728,7 @@ def write_plot(cells: Mapping[tuple[str, int], Mapping[str, Any]], path: Path) -
         axes[1].plot([c["completions"] for c in curve], [c["success"] for c in curve], "o-",
                      color=colors.get(name), alpha=0.7, label=label)
     axes[0].set(xlabel="RL completions sampled", ylabel="training success (sampled)", title="training rollouts")
-    axes[1].set(xlabel="RL completions sampled", ylabel="held-out greedy success", title="held-out", ylim=(0, 1))
+    axes[1].set(xlabel="RL completions sampled", ylabel="held-out success (mean of K samples)", title="held-out", ylim=(0, 1))
     axes[1].legend(fontsize=7)
     fig.tight_layout()
     import io
