@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from pettingllms.envs.base import BaseEnv, StepResult
+from pettingllms.envs.game import ACCEPT_PROPOSAL
 
 __all__ = ["EpisodeResult", "OraclePolicy", "RandomPolicy", "RolePolicy", "ScriptedPolicy", "play_episode"]
 
@@ -61,8 +62,6 @@ class OraclePolicy:
 
     def respond(self, agent: Any, env: Any) -> str:
         if self.accept_proposals and getattr(agent, "sees_tool_report", False) and _proposal_solves(env):
-            from pettingllms.envs.game import ACCEPT_PROPOSAL
-
             return f"#### {ACCEPT_PROPOSAL}"
         answer = env.oracle_answer(env.state)
         max_calls = getattr(agent, "max_tool_calls", None)
