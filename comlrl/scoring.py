@@ -9,6 +9,7 @@ token, so ``pad_token_id == eos_token_id`` is fine.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 
 import torch
@@ -190,3 +191,88 @@ def completion_logprobs(
         inverse[torch.tensor(order)] = torch.arange(rows)
         logprobs = stacked.index_select(0, inverse.to(device))
     return logprobs.masked_fill(~mask, 0.0), mask
+
+
+def distinct_rows(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The distinct rows of a padded ``[B, L]`` id tensor (positions with ``mask == 0`` ignored).
+
+    Returns ``(first, inverse)``: the index of each distinct row's first occurrence, in order of first
+    occurrence, and for every row the position of its distinct row in ``first``
+    (``ids[first][inverse]`` equals ``ids`` on the masked positions).
+    """
+    if ids.shape != mask.shape or ids.dim() != 2:
+        raise ValueError(f"`ids` and `mask` must be [B, L] of one shape, got {tuple(ids.shape)}, {tuple(mask.shape)}")
+    keyed = ids.masked_fill(mask == 0, -1)
+    _, inverse = torch.unique(keyed, dim=0, return_inverse=True)
+    rows = torch.arange(len(ids), device=ids.device)
+    first = torch.full((int(inverse.max()) + 1 if len(ids) else 0,), len(ids), dtype=torch.long, device=ids.device)
+    first = first.scatter_reduce(0, inverse, rows, reduce="amin")
+    order = torch.argsort(first)  # number distinct rows by first occurrence
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(len(order), device=ids.device)
+    return first[order], rank[inverse]
+
+
+def cache_keyword(model) -> str:
+    """The forward keyword that takes a KV cache: ``cache`` in recent transformers, ``past_key_values``
+    before (a PEFT wrapper is looked through)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def encode_shared_prompts(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor):
+    """One forward over the distinct rows of a left-padded prompt batch ``[B, P]``, its KV cache gathered
+    back to all ``B`` rows.
+
+    Returns ``(last_logits, cache)``: the logits after each row's last prompt token ``[B, 1, V]`` and a
+    cache of ``B`` rows to continue from (a forward with ``position_ids`` from each row's prompt length,
+    or ``generate`` on the full prompt). The gather is differentiable, so gradients of every row reach
+    the shared pass.
+    """
+    first, inverse = distinct_rows(prompt_ids, prompt_mask)
+    shared_mask = prompt_mask[first]
+    out = model(
+        input_ids=prompt_ids[first],
+        attention_mask=shared_mask,
+        position_ids=(shared_mask.cumsum(dim=1) - 1).clamp(min=0),
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    cache = out.get("cache") if out.get("cache") is not None else out.get("past_key_values")
+    cache.batch_select_indices(inverse)
+    return out.logits[inverse], cache
+
+
+def shared_prompt_completion_logits(
+    model,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+) -> torch.Tensor:
+    """Logits predicting each completion token, ``[B, C, V]``, with each distinct prompt encoded once.
+
+    TRL's layout: ``prompt_ids``/``prompt_mask`` ``[B, P]`` left-padded, ``completion_ids`` ``[B, C]``
+    right-padded (logits at padding positions are computed and meaningless). Rows that share a prompt,
+    such as the K candidates of one GRPO group, share one prompt forward: its keys and values are
+    gathered to every row and the completions run on top of them. The gather is differentiable, so each
+    row's gradient reaches the shared prompt pass, and the result equals one padded forward over
+    ``prompt + completion`` up to float rounding. The model must take a KV cache (:func:`cache_keyword`)
+    and ``position_ids``, as every Hugging Face decoder does.
+    """
+    first_logits, cache = encode_shared_prompts(model, prompt_ids, prompt_mask)
+    width = completion_ids.shape[1]
+    if width == 1:
+        return first_logits  # the last prompt position predicts completion token 0
+    prompt_lengths = prompt_mask.sum(dim=1, keepdim=True)
+    steps = torch.arange(width - 1, device=prompt_ids.device).unsqueeze(0)
+    # Completion tokens 0..C-2 go in (token C-1 predicts nothing). Padding after a completion's end
+    # comes after all its real tokens, so causal attention keeps it out of their logits.
+    attention_mask = torch.cat([prompt_mask, torch.ones_like(completion_ids[:, :-1])], dim=1)
+    rest = model(
+        input_ids=completion_ids[:, :-1],
+        attention_mask=attention_mask,
+        position_ids=prompt_lengths + steps,
+        use_cache=True,
+        **{cache_keyword(model): cache},
+    ).logits
+    return torch.cat([first_logits, rest], dim=1)

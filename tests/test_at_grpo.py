@@ -425,3 +425,19 @@ def test_config_doubles_as_a_command_line_through_hf_argument_parser():
     assert config.train_seed_range == [5, 50] and config.epsilon_high == 0.28
     assert config.agent_policies == {"tool": "coder", "plan": "planner"}
     assert config.turn_order == ["tool", "plan"] and config.scale_rewards == "none"
+
+
+def test_micro_batch_groups_keep_rows_with_one_key_together():
+    keys = ["a", "b", "a", "c", "b", "a", "c", "b", "a"]
+    groups = micro_batch_groups(len(keys), batch_size=4, accumulation_steps=1, seed=3, row_keys=keys)
+    order = torch.cat([m for g in groups for m in g]).tolist()
+    assert sorted(order) == list(range(len(keys)))
+    runs = [keys[i] for j, i in enumerate(order) if j == 0 or keys[i] != keys[order[j - 1]]]
+    assert sorted(runs) == ["a", "b", "c"]  # each key is one contiguous run
+    plain = torch.cat([m for g in micro_batch_groups(len(keys), 4, 1, seed=3) for m in g]).tolist()
+    assert [i for i in plain if keys[i] == "a"] == [i for i in order if keys[i] == "a"]  # shuffled within
+    orders = {tuple(torch.cat([m for g in micro_batch_groups(9, 4, 1, seed=s, row_keys=keys) for m in g]).tolist())
+              for s in range(8)}
+    assert len(orders) > 1  # the key order follows the seed
+    with pytest.raises(ValueError, match="`row_keys` must hold one key per row \\(9\\), got 2"):
+        micro_batch_groups(9, 4, 1, seed=0, row_keys=["a", "b"])

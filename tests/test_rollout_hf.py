@@ -410,3 +410,17 @@ def test_constructor_checks():
         HFBackend({"p": (object(), object())}, token_budget=0)
     with pytest.raises(TypeError, match="policy 'p' has no `model`"):
         HFBackend({"p": object()})
+
+
+def test_shared_prompt_prefill_generates_what_per_row_prefill_does(model, tokenizer):
+    shared = HFBackend.from_model(model, tokenizer)
+    plain = HFBackend.from_model(model, tokenizer, share_prompts=False)
+    assert shared.share_prompts and not plain.share_prompts
+    params = SamplingParams(n=4, max_new_tokens=12, temperature=0.9)
+    requests = mixed_requests()  # mixed prompt lengths: left padding under the shared cache
+    got, expected = shared.generate(requests, params), plain.generate(requests, params)
+    assert_same(got, expected)
+    assert len({tuple(c.token_ids) for c in got[3]}) > 1  # the candidates differ beyond the shared prefix
+    [one] = shared.generate([GenerationRequest([7], seed=1)], params)  # a one-token prompt: nothing to share
+    [one_plain] = plain.generate([GenerationRequest([7], seed=1)], params)
+    assert [c.token_ids for c in one] == [c.token_ids for c in one_plain]

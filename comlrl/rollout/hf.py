@@ -4,7 +4,8 @@
 by the parameters one ``generate`` call must share (``max_new_tokens`` and stop strings; temperature,
 top-k and top-p are per row), sorted by prompt length, cut into micro-batches whose padded size
 ``rows * (longest prompt + max_new_tokens)`` stays within ``token_budget``, left-padded, and decoded with
-one ``generate`` call each. Sampling happens in :class:`~comlrl.rollout.sampling.SeededSampler`, so a
+one ``generate`` call each; rows that share a prompt (the ``n`` candidates of a request) prefill it once
+(``share_prompts``). Sampling happens in :class:`~comlrl.rollout.sampling.SeededSampler`, so a
 completion depends only on its prompt, its row seed and the policy weights, never on its batch.
 
 Stop strings: HF's ``stop_strings`` criterion ends a row early; the completion is then cut after the
@@ -27,6 +28,7 @@ from transformers import GenerationConfig, LogitsProcessorList
 from comlrl.rollout.prompts import render_prompt, request_seed
 from comlrl.rollout.sampling import SeededSampler
 from comlrl.rollout.types import FINISH_LENGTH, FINISH_STOP, Completion, GenerationRequest, SamplingParams
+from comlrl.scoring import cache_keyword, encode_shared_prompts
 from comlrl.seeding import derive_seed
 
 # Default padded-token budget of one generate call (rows * (longest prompt + max_new_tokens)).
@@ -180,7 +182,9 @@ class HFBackend:
     ``policies`` maps a policy name to an object with ``.model`` and ``.tokenizer`` (and optionally
     ``.adapter``, ``.version``), such as :class:`PolicyHandle`, or to a ``(model, tokenizer)`` tuple; an
     object with a ``.handles`` mapping (the multi-agent policy) is taken as that mapping. Each policy runs
-    on its model's device and dtype.
+    on its model's device and dtype. ``share_prompts`` prefills a prompt that several rows of one
+    ``generate`` call share once and gives each row a copy of its cache (same tokens up to float
+    rounding; off: HF prefills every row).
     """
 
     def __init__(
@@ -188,6 +192,7 @@ class HFBackend:
         policies: Mapping[str, Any],
         token_budget: int = DEFAULT_TOKEN_BUDGET,
         max_batch_size: int | None = None,
+        share_prompts: bool = True,
     ) -> None:
         if not isinstance(policies, Mapping) and hasattr(policies, "handles"):
             policies = policies.handles
@@ -200,6 +205,7 @@ class HFBackend:
         self.policies = {name: _as_handle(name, policy) for name, policy in policies.items()}
         self.token_budget = token_budget
         self.max_batch_size = max_batch_size
+        self.share_prompts = share_prompts
         self.generate_calls = 0  # number of model.generate calls so far (for tests and benchmarks)
 
     @classmethod
@@ -279,6 +285,13 @@ class HFBackend:
             stop_strings=list(stops) or None,
         )
         extra = {"tokenizer": tokenizer} if stops else {}
+        if self.share_prompts and width > 1 and len({tuple(row.prompt_ids) for row in rows}) < len(rows):
+            # Candidates of one request share their prompt: prefill each distinct prompt once (all but
+            # its last token, which generate feeds itself) and let every row continue from that cache.
+            _, cache = encode_shared_prompts(
+                model, input_ids[:, :-1].to(device), attention_mask[:, :-1].to(device)
+            )
+            extra[cache_keyword(model)] = cache
         output = model.generate(
             input_ids=input_ids.to(device),
             attention_mask=attention_mask.to(device),

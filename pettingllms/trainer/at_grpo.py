@@ -58,7 +58,7 @@ from comlrl.rl import (
     masked_entropy,
     ppo_clip_loss,
 )
-from comlrl.scoring import gather_token_logprobs
+from comlrl.scoring import gather_token_logprobs, shared_prompt_completion_logits
 from comlrl.seeding import derive_seed
 from pettingllms.execution import (
     EngineConfig,
@@ -197,16 +197,32 @@ def draw_problem_ids(
 
 
 def micro_batch_groups(
-    num_rows: int, batch_size: int, accumulation_steps: int, seed: int
+    num_rows: int,
+    batch_size: int,
+    accumulation_steps: int,
+    seed: int,
+    row_keys: Sequence[Hashable] | None = None,
 ) -> list[list[torch.Tensor]]:
     """Row indices in a seeded shuffle, cut into micro-batches of ``batch_size`` and grouped into
-    optimizer steps of ``accumulation_steps`` micro-batches (the last step may hold fewer)."""
+    optimizer steps of ``accumulation_steps`` micro-batches (the last step may hold fewer).
+
+    With ``row_keys`` (one per row), rows with equal keys stay adjacent: keys come in the order the
+    shuffle first meets them, each key's rows in shuffled order. Keyed by prompt, a micro-batch then
+    holds few distinct prompts, which the shared-prompt forward encodes once each.
+    """
     if num_rows < 1 or batch_size < 1 or accumulation_steps < 1:
         raise ValueError(
             f"`num_rows`, `batch_size`, `accumulation_steps` must be >= 1, got {num_rows}, {batch_size}, "
             f"{accumulation_steps}"
         )
+    if row_keys is not None and len(row_keys) != num_rows:
+        raise ValueError(f"`row_keys` must hold one key per row ({num_rows}), got {len(row_keys)}")
     order = torch.randperm(num_rows, generator=torch.Generator().manual_seed(seed))
+    if row_keys is not None:
+        rank: dict[Hashable, int] = {}
+        for index in order.tolist():
+            rank.setdefault(row_keys[index], len(rank))
+        order = torch.tensor(sorted(order.tolist(), key=lambda index: rank[row_keys[index]]), dtype=torch.long)
     micro = list(order.split(batch_size))
     return [micro[i : i + accumulation_steps] for i in range(0, len(micro), accumulation_steps)]
 
@@ -261,13 +277,20 @@ def at_grpo_loss(
 
 
 def per_token_logps(
-    model: torch.nn.Module, rows: Mapping[str, torch.Tensor], temperature: float, with_entropy: bool = False
+    model: torch.nn.Module,
+    rows: Mapping[str, torch.Tensor],
+    temperature: float,
+    with_entropy: bool = False,
+    share_prompts: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One padded forward over TRL's layout (``prompt_ids`` left-, ``completion_ids`` right-padded).
 
     Returns ``log_softmax(logits / temperature)`` of each completion token (``[B, C]``, float32, 0 on
     padding), the same quantity the rollout sampler recorded, and optionally the mean entropy of the
     completion positions' distributions (detached). Only the last ``C + 1`` positions' logits are built.
+    ``share_prompts`` encodes each distinct prompt once
+    (:func:`comlrl.scoring.shared_prompt_completion_logits`): the same numbers up to float rounding, and
+    about K times less prompt work when a batch holds the K candidates of a group.
     """
     prompt_mask, completion_mask = rows["prompt_mask"], rows["completion_mask"]
     completion_ids = rows["completion_ids"]
@@ -276,13 +299,16 @@ def per_token_logps(
     attention_mask = torch.cat([prompt_mask, completion_mask], dim=1).to(device)
     position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
     width = completion_ids.shape[1]
-    logits = model(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids,
-        logits_to_keep=width + 1,
-        use_cache=False,
-    ).logits[:, :-1]  # position P - 1 + j predicts completion token j
+    if share_prompts:
+        logits = shared_prompt_completion_logits(model, input_ids[:, :-width], prompt_mask.to(device), input_ids[:, -width:])
+    else:
+        logits = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            logits_to_keep=width + 1,
+            use_cache=False,
+        ).logits[:, :-1]  # position P - 1 + j predicts completion token j
     mask = completion_mask.to(device).bool()
     logps = gather_token_logprobs(logits, completion_ids.to(device), temperature).masked_fill(~mask, 0.0)
     entropy = None
@@ -635,6 +661,7 @@ class ATGRPOTrainer:
         extra = {}
         if config.beta > 0:
             extra["ref_per_token_logps"] = self._reference_logps(name, tensors)
+        prompt_keys = [tuple(s.prompt_ids) for s in tensors.samples] if config.share_prompts else None
         losses, entropies, diagnostics, grad_norms, staleness = [], [], [], [], []
         stale_max, optimizer_steps, skipped = 0.0, 0, 0
         with _forward_mode(model, train=not config.disable_dropout), policy.activate(name):
@@ -644,6 +671,7 @@ class ATGRPOTrainer:
                     config.per_device_train_batch_size,
                     config.gradient_accumulation_steps,
                     derive_seed(config.seed, "micro_batches", step, name, iteration),
+                    row_keys=prompt_keys,
                 )
                 for group in groups:
                     num_items = int(sum(int(tensors.completion_mask[index].sum()) for index in group))
@@ -654,7 +682,9 @@ class ATGRPOTrainer:
                         behind = policy.version(name) - versions[index]
                         staleness.append(float(behind.mean()))
                         stale_max = max(stale_max, float(behind.max()))
-                        logps, entropy = per_token_logps(model, rows, config.temperature, with_entropy=True)
+                        logps, entropy = per_token_logps(
+                            model, rows, config.temperature, with_entropy=True, share_prompts=config.share_prompts
+                        )
                         device = logps.device
                         loss, out = at_grpo_loss(
                             logps,
@@ -714,15 +744,15 @@ class ATGRPOTrainer:
         handle = self.policy.handle(name)
         reference = self.reference_models[name]
         out = torch.zeros_like(tensors.old_per_token_logps)
-        size = self.config.per_device_train_batch_size
+        size, share = self.config.per_device_train_batch_size, self.config.share_prompts
         with torch.no_grad(), _forward_mode(handle.model, train=False):
             for index in torch.arange(len(tensors.samples)).split(size):
                 rows = _rows(tensors, index)
                 if reference is None:
                     with self.policy.activate(name), handle.model.disable_adapter():
-                        logps, _ = per_token_logps(handle.model, rows, self.config.temperature)
+                        logps, _ = per_token_logps(handle.model, rows, self.config.temperature, share_prompts=share)
                 else:
-                    logps, _ = per_token_logps(reference, rows, self.config.temperature)
+                    logps, _ = per_token_logps(reference, rows, self.config.temperature, share_prompts=share)
                 out[index, : logps.shape[1]] = logps.cpu()
         return out
 

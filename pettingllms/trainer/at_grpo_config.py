@@ -66,6 +66,11 @@ class ATGRPOConfig:
     disable_dropout (`bool`, defaults to `True`):
         Score training forwards with dropout off (TRL's default is `False`). The ratio against the
         rollout's log-probs is then exactly 1 on-policy, so the clip statistics measure policy change.
+    share_prompts (`bool`, defaults to `True`):
+        In the update, encode each distinct prompt of a micro-batch once and run its rows' completions
+        on its keys and values (micro-batches keep rows with one prompt together). The K candidates of
+        a tree group share their prompt, so the prompt work drops about K-fold; losses and gradients
+        equal the plain forward's up to float rounding. Off: one forward over each prompt + completion.
 
     > Parameters that control the workflow (`None`: the environment's own setting)
 
@@ -150,6 +155,9 @@ class ATGRPOConfig:
         default=None, metadata={"help": "role -> policy name (a mapping, or its JSON on a command line)"}
     )
     disable_dropout: bool = field(default=True, metadata={"help": "score training forwards without dropout"})
+    share_prompts: bool = field(
+        default=True, metadata={"help": "encode each distinct prompt once per micro-batch in the update"}
+    )
     # Workflow
     turn_order: list[str] | None = field(default=None, metadata={"help": "roles per turn (None: env's)"})
     max_turns: int | None = field(default=None, metadata={"help": "turn budget (None: env's)"})
