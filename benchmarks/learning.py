@@ -143,10 +143,10 @@ class TaskSettings:
 class RLSettings:
     """RL hyper-parameters of one cell (ATGRPOConfig names) and its sample budget."""
 
-    sample_budget: int = 1500  # sampled completions during RL, equal for every method
+    sample_budget: int = 4500  # sampled completions during RL, equal for every method
     num_generations: int = 4
     problems_per_step: int = 4
-    learning_rate: float = 1e-4
+    learning_rate: float = 3e-4
     temperature: float = 1.0
     loss_type: str = "dapo"
     # Dr. GRPO's unscaled advantages: in pilots, group-std scaling blew up the small reward differences
@@ -160,7 +160,7 @@ class RLSettings:
     max_grad_norm: float = 1.0
     alpha: float | None = None  # None: the environment's own (1.0)
     lr_scheduler_type: str = "constant"
-    eval_every: int = 500  # also evaluate after every this many completions (0: only at the end)
+    eval_every: int = 1500  # also evaluate after every this many completions (0: only at the end)
     lora_r: int = 8
     lora_alpha: int = 16
 

@@ -122,8 +122,9 @@ def test_gradients_through_the_shared_prompt_equal_the_plain_forward(model):
 
 
 def test_shared_prompts_through_a_lora_adapter(tiny_model_path):
-    from comlrl.models import load_model
     from peft import LoraConfig, get_peft_model
+
+    from comlrl.models import load_model
 
     base = load_model(tiny_model_path)
     lora = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
