@@ -146,7 +146,7 @@ class RLSettings:
     sample_budget: int = 4500  # sampled completions during RL, equal for every method
     num_generations: int = 4
     problems_per_step: int = 4
-    learning_rate: float = 3e-4
+    learning_rate: float = 1e-4
     temperature: float = 1.0
     loss_type: str = "dapo"
     # Dr. GRPO's unscaled advantages: in pilots, group-std scaling blew up the small reward differences
