@@ -13,7 +13,8 @@ The algorithm, top to bottom (one training step):
    ``scale_rewards="none"``, Dr. GRPO);
 4. per policy, PPO-clip on token log-prob ratios against the rollout's log-probs (:func:`at_grpo_loss`
    over :func:`comlrl.rl.ppo_clip_loss`), ``num_iterations`` passes of shuffled micro-batches with
-   gradient accumulation and clipping, one AdamW per policy; an L2 adapter is scored inside
+   gradient accumulation and clipping, one AdamW per policy (``share_prompts``: a micro-batch keeps the
+   rows of one prompt together and encodes that prompt once); an L2 adapter is scored inside
    ``policy.activate`` so only it takes gradients, and an L1 shared model trains on every role's rows.
    Each optimizer step bumps the policy's weights version.
 
