@@ -417,7 +417,9 @@ def test_shared_prompt_prefill_generates_what_per_row_prefill_does(model, tokeni
     plain = HFBackend.from_model(model, tokenizer, share_prompts=False)
     assert shared.share_prompts and not plain.share_prompts
     params = SamplingParams(n=4, max_new_tokens=12, temperature=0.9)
-    requests = mixed_requests()  # mixed prompt lengths: left padding under the shared cache
+    # Mixed prompt lengths put left padding under the shared cache; the one-token prompt's prefill row
+    # (all but its last token) is padding only.
+    requests = [*mixed_requests(), GenerationRequest([7], seed=5)]
     got, expected = shared.generate(requests, params), plain.generate(requests, params)
     assert_same(got, expected)
     assert len({tuple(c.token_ids) for c in got[3]}) > 1  # the candidates differ beyond the shared prefix

@@ -293,25 +293,24 @@ def per_token_logps(
     (:func:`comlrl.scoring.shared_prompt_completion_logits`): the same numbers up to float rounding, and
     about K times less prompt work when a batch holds the K candidates of a group.
     """
-    prompt_mask, completion_mask = rows["prompt_mask"], rows["completion_mask"]
-    completion_ids = rows["completion_ids"]
+    completion_mask = rows["completion_mask"]
     device = next(model.parameters()).device
-    input_ids = torch.cat([rows["prompt_ids"], completion_ids], dim=1).to(device)
-    attention_mask = torch.cat([prompt_mask, completion_mask], dim=1).to(device)
-    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+    prompt_ids, prompt_mask = rows["prompt_ids"].to(device), rows["prompt_mask"].to(device)
+    completion_ids = rows["completion_ids"].to(device)
     width = completion_ids.shape[1]
     if share_prompts:
-        logits = shared_prompt_completion_logits(model, input_ids[:, :-width], prompt_mask.to(device), input_ids[:, -width:])
+        logits = shared_prompt_completion_logits(model, prompt_ids, prompt_mask, completion_ids)
     else:
+        attention_mask = torch.cat([prompt_mask, completion_mask.to(device)], dim=1)
         logits = model(
-            input_ids=input_ids,
+            input_ids=torch.cat([prompt_ids, completion_ids], dim=1),
             attention_mask=attention_mask,
-            position_ids=position_ids,
+            position_ids=(attention_mask.cumsum(dim=1) - 1).clamp(min=0),
             logits_to_keep=width + 1,
             use_cache=False,
         ).logits[:, :-1]  # position P - 1 + j predicts completion token j
     mask = completion_mask.to(device).bool()
-    logps = gather_token_logprobs(logits, completion_ids.to(device), temperature).masked_fill(~mask, 0.0)
+    logps = gather_token_logprobs(logits, completion_ids, temperature).masked_fill(~mask, 0.0)
     entropy = None
     if with_entropy:
         with torch.no_grad():
