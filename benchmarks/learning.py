@@ -163,6 +163,12 @@ class RLSettings:
     eval_every: int = 1500  # also evaluate after every this many completions (0: only at the end)
     lora_r: int = 8
     lora_alpha: int = 16
+    greedy_selection: bool = True  # tree rollouts continue the best candidate (False: a random one)
+
+
+# Settings added after cells were recorded: left out of a cell's key while at these values, so the
+# finished cells (which ran with them) still match.
+KEY_OMITTED_DEFAULTS = {"greedy_selection": True}
 
 
 # ================================================================================= pure helpers
@@ -322,6 +328,7 @@ def _trainer(method: Method, policy, task: TaskSettings, rl: RLSettings, seed: i
     config = ATGRPOConfig(
         policy_level=method.policy_level,
         sampling_mode=method.sampling_mode,
+        greedy_selection=rl.greedy_selection,
         num_generations=rl.num_generations,
         problems_per_step=rl.problems_per_step,
         train_seed_range=list(task.train_seed_range),
@@ -532,6 +539,7 @@ def job_cell(method_name: str, seed: int, task: TaskSettings, rl: RLSettings, re
             next_eval += rl.eval_every
     train_s = time.perf_counter() - train_start
     after = _evaluate(trainer, task)
+    trainer.save_model(run_dir / "final")  # for failure analysis (cache/, not committed)
     curve.append({"completions": completions, "success": after["sampled"], "greedy": after["greedy"]})
     result = {
         "method": method_name, "label": method.label, "seed": seed, "policy_level": method.policy_level,
@@ -556,8 +564,9 @@ def job_cell(method_name: str, seed: int, task: TaskSettings, rl: RLSettings, re
 
 
 def cell_key(method_name: str, seed: int, task: TaskSettings, rl: RLSettings) -> str:
-    return settings_hash({"method": method_name, "seed": seed, "task": dataclasses.asdict(task),
-                          "rl": dataclasses.asdict(rl)})
+    rl_values = {k: v for k, v in dataclasses.asdict(rl).items()
+                 if not (k in KEY_OMITTED_DEFAULTS and v == KEY_OMITTED_DEFAULTS[k])}
+    return settings_hash({"method": method_name, "seed": seed, "task": dataclasses.asdict(task), "rl": rl_values})
 
 
 def job_smollm(task: TaskSettings, results: Path, eval_instances: int) -> dict[str, Any]:

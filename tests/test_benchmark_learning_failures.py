@@ -1,0 +1,70 @@
+"""The learning benchmark's failure breakdown, on hand-built evaluation samples."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from pettingllms.envs.game_parsers import ToolCall
+
+_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(_ROOT / "benchmarks"))
+_SPEC = importlib.util.spec_from_file_location("benchmark_learning_failures", _ROOT / "benchmarks" / "learning_failures.py")
+failures = importlib.util.module_from_spec(_SPEC)
+sys.modules[_SPEC.name] = failures
+_SPEC.loader.exec_module(failures)
+
+
+def tool(pid, env, turn, calls, reached):
+    """A tool sample: ``calls`` simulate arguments, ``reached[i]``: call i's report says goal reached."""
+    lines = [f"simulate: ends at row 0, col 0; 0 blocked move(s){'; goal reached' if r else ''}" for r in reached]
+    return SimpleNamespace(problem_id=pid, env_index=env, turn=turn, role="tool", success=False,
+                           action=tuple(ToolCall("simulate", c) for c in calls), response="", feedback="\n".join(lines))
+
+
+def plan(pid, env, turn, response, success):
+    return SimpleNamespace(problem_id=pid, env_index=env, turn=turn, role="plan", success=success,
+                           action=None, response=response, feedback="")
+
+
+def test_episode_breakdown_counts_each_outcome():
+    samples = [
+        # Episode A: turn 1 finds the goal with its second call and the plan plays it.
+        tool(1, 0, 0, ["R R", "D D"], [False, True]), plan(1, 0, 0, "#### proposal", True),
+        # Episode B: turn 1 finds it, the plan answers its own moves and misses; turn 2 repeats "U",
+        # then the plan solves alone.
+        tool(1, 1, 0, ["U", "L"], [False, True]), plan(1, 1, 0, "#### R", False),
+        tool(1, 1, 1, ["U", "u"], [False, False]), plan(1, 1, 1, "#### D", True),
+        # Episode C: nothing found in three turns (turn 3's call repeats turn 1's).
+        tool(2, 0, 0, ["R"], [False]), plan(2, 0, 0, "#### L", False),
+        tool(2, 0, 1, ["D"], [False]), plan(2, 0, 1, "#### L", False),
+        tool(2, 0, 2, ["r", "U"], [False, False]), plan(2, 0, 2, "#### proposal", False),
+    ]
+    b = failures.episode_breakdown(reversed(samples))  # order does not matter
+    assert b["episodes"] == 3
+    assert b["success"] == pytest.approx(2 / 3)
+    assert b["solved_at_turn"] == {0: pytest.approx(1 / 3), 1: pytest.approx(1 / 3)}
+    assert b["tool_found"] == pytest.approx(2 / 3)
+    assert b["plan_dropped"] == pytest.approx(1 / 3)  # only episode B threw a solving proposal away
+    assert b["plan_alone"] == pytest.approx(1 / 3)
+    assert b["tool_responses"] == 6
+    assert b["calls_per_response"] == pytest.approx(10 / 6)
+    # "U" and "u" normalise to one call: B's turn 2 has 1 distinct, C's turn 3 has 2.
+    assert b["distinct_per_response"] == pytest.approx((2 + 2 + 1 + 1 + 1 + 2) / 6)
+    assert b["hit_rate_per_call"] == pytest.approx(2 / 10)
+    # Repeats of an earlier turn: B's "U" (turn 2), C's "R" (turn 3): 2 of 9 distinct calls.
+    assert b["repeat_rate_per_distinct_call"] == pytest.approx(2 / 9)
+
+
+def test_episode_breakdown_rejects_no_samples():
+    with pytest.raises(ValueError, match="`samples` is empty"):
+        failures.episode_breakdown([])
+
+
+def test_success_by_distance_groups_episodes():
+    table = failures.success_by_distance({7: [True, False], 8: [True], 9: [False, False]}, {7: 3, 8: 3, 9: 5})
+    assert table == {3: {"episodes": 3, "success": pytest.approx(2 / 3)}, 5: {"episodes": 2, "success": 0.0}}
