@@ -10,7 +10,7 @@ episodes by what happened:
 - ``plan_dropped``: episodes where a turn's proposal reached the goal but the plan agent did not play it.
 - ``plan_alone``: episodes solved by the plan agent's own answer (not ``#### proposal``).
 - per tool response: calls, distinct calls, calls that reached the goal, and calls that repeat a call
-  of an earlier turn of the same episode (from the same cell, wasted).
+  of an earlier turn of the same episode from the same cell (wasted: the report is already known).
 - ``success_by_distance``: success by the instance's shortest-path length from the start.
 
     .venv/bin/python benchmarks/learning_failures.py warmstart-seed0 at_grpo_l1-seed0 at_grpo_l3-seed0
@@ -36,6 +36,7 @@ import learning  # noqa: E402  (the benchmark's settings, policies and trainer)
 
 GOAL_REACHED = "goal reached"
 _ACCEPT = re.compile(r"####\s*proposal\s*$", re.IGNORECASE)
+_ENDS_AT = re.compile(r"ends at row (\d+), col (\d+)")
 
 
 def _calls(sample: Any) -> list[str]:
@@ -50,11 +51,14 @@ def _hits(sample: Any) -> int:
     return sum(GOAL_REACHED in line for line in (sample.feedback or "").splitlines())
 
 
-def episode_breakdown(samples: Iterable[Any], roles: tuple[str, str] = ("tool", "plan")) -> dict[str, Any]:
+def episode_breakdown(
+    samples: Iterable[Any], starts: Mapping[int, tuple[int, int]], roles: tuple[str, str] = ("tool", "plan")
+) -> dict[str, Any]:
     """Split evaluation episodes of the tool -> plan workflow by what happened (see the module docstring).
 
     ``samples``: the evaluation's samples (``problem_id``, ``env_index``, ``turn``, ``role``, ``action``,
-    ``response``, ``feedback``, ``success``); an episode is one ``(problem_id, env_index)``.
+    ``response``, ``feedback``, ``success``); an episode is one ``(problem_id, env_index)``. ``starts``:
+    each problem's start cell; later cells come from the plan agent's reports (``ends at row r, col c``).
     """
     tool_role, plan_role = roles
     episodes: dict[tuple[int, int], list[Any]] = defaultdict(list)
@@ -67,8 +71,9 @@ def episode_breakdown(samples: Iterable[Any], roles: tuple[str, str] = ("tool", 
     calls = distinct = hits = repeats = responses = 0
     for steps in episodes.values():
         steps.sort(key=lambda s: (s.turn, s.role != tool_role))
-        seen: set[str] = set()
+        seen: set[tuple[Any, str]] = set()
         found = dropped = turn_hit = False
+        cell: Any = tuple(starts[steps[0].problem_id])
         for sample in steps:
             if sample.role == tool_role:
                 made = _calls(sample)
@@ -76,12 +81,15 @@ def episode_breakdown(samples: Iterable[Any], roles: tuple[str, str] = ("tool", 
                 calls += len(made)
                 distinct += len(set(made))
                 hits += _hits(sample)
-                repeats += sum(c in seen for c in set(made))
-                seen.update(made)
+                repeats += sum((cell, c) in seen for c in set(made))
+                seen.update((cell, c) for c in made)
                 turn_hit = _hits(sample) > 0
                 found = found or turn_hit
             elif sample.role == plan_role:
                 accepted = bool(_ACCEPT.search(sample.response.strip()))
+                moved = _ENDS_AT.search(sample.feedback or "")
+                if moved:
+                    cell = (int(moved.group(1)), int(moved.group(2)))
                 if turn_hit and not sample.success:
                     dropped = True
                 if sample.success:
@@ -149,12 +157,10 @@ def analyse(name: str, results: Path, task: learning.TaskSettings, threads: int)
                            task.eval_seeds)
     trainer.evaluate(ids, num_samples=task.eval_samples, temperature=task.eval_temperature, log=False)
     result = trainer.last_eval
-    breakdown = episode_breakdown(result.samples)
     env = make_env("plan_path", task.env_config())
-    distance = {}
-    for pid in ids:
-        state = env.initial_state(pid)
-        distance[pid] = state.level.dist(state.level.start)
+    levels = {pid: env.initial_state(pid).level for pid in ids}
+    breakdown = episode_breakdown(result.samples, {pid: level.start for pid, level in levels.items()})
+    distance = {pid: level.dist(level.start) for pid, level in levels.items()}
     per_episode: dict[int, list[bool]] = defaultdict(list)
     for outcome in result.outcomes:
         if not outcome.dropped:

@@ -26,25 +26,28 @@ def tool(pid, env, turn, calls, reached):
                            action=tuple(ToolCall("simulate", c) for c in calls), response="", feedback="\n".join(lines))
 
 
-def plan(pid, env, turn, response, success):
+def plan(pid, env, turn, response, success, ends=None):
+    """A plan sample; ``ends``: the cell its report says the player ended on (None: no report)."""
+    feedback = f"plan played R: ends at row {ends[0]}, col {ends[1]}; 0 blocked move(s)" if ends else ""
     return SimpleNamespace(problem_id=pid, env_index=env, turn=turn, role="plan", success=success,
-                           action=None, response=response, feedback="")
+                           action=None, response=response, feedback=feedback)
 
 
 def test_episode_breakdown_counts_each_outcome():
     samples = [
         # Episode A: turn 1 finds the goal with its second call and the plan plays it.
         tool(1, 0, 0, ["R R", "D D"], [False, True]), plan(1, 0, 0, "#### proposal", True),
-        # Episode B: turn 1 finds it, the plan answers its own moves and misses; turn 2 repeats "U",
-        # then the plan solves alone.
-        tool(1, 1, 0, ["U", "L"], [False, True]), plan(1, 1, 0, "#### R", False),
+        # Episode B: turn 1 finds it, the plan answers its own moves, misses and stays where it was;
+        # turn 2 repeats "U" from that cell (wasted), then the plan solves alone.
+        tool(1, 1, 0, ["U", "L"], [False, True]), plan(1, 1, 0, "#### R", False, ends=(0, 0)),
         tool(1, 1, 1, ["U", "u"], [False, False]), plan(1, 1, 1, "#### D", True),
-        # Episode C: nothing found in three turns (turn 3's call repeats turn 1's).
-        tool(2, 0, 0, ["R"], [False]), plan(2, 0, 0, "#### L", False),
-        tool(2, 0, 1, ["D"], [False]), plan(2, 0, 1, "#### L", False),
+        # Episode C: nothing found in three turns. Turn 3 repeats turn 1's "R" from the start cell (the
+        # player went there and back); turn 2's "R" came from another cell, so it is new.
+        tool(2, 0, 0, ["R"], [False]), plan(2, 0, 0, "#### L", False, ends=(2, 1)),
+        tool(2, 0, 1, ["D", "R"], [False, False]), plan(2, 0, 1, "#### L", False, ends=(2, 2)),
         tool(2, 0, 2, ["r", "U"], [False, False]), plan(2, 0, 2, "#### proposal", False),
     ]
-    b = failures.episode_breakdown(reversed(samples))  # order does not matter
+    b = failures.episode_breakdown(reversed(samples), {1: (0, 0), 2: (2, 2)})  # order does not matter
     assert b["episodes"] == 3
     assert b["success"] == pytest.approx(2 / 3)
     assert b["solved_at_turn"] == {0: pytest.approx(1 / 3), 1: pytest.approx(1 / 3)}
@@ -52,17 +55,17 @@ def test_episode_breakdown_counts_each_outcome():
     assert b["plan_dropped"] == pytest.approx(1 / 3)  # only episode B threw a solving proposal away
     assert b["plan_alone"] == pytest.approx(1 / 3)
     assert b["tool_responses"] == 6
-    assert b["calls_per_response"] == pytest.approx(10 / 6)
+    assert b["calls_per_response"] == pytest.approx(11 / 6)
     # "U" and "u" normalise to one call: B's turn 2 has 1 distinct, C's turn 3 has 2.
-    assert b["distinct_per_response"] == pytest.approx((2 + 2 + 1 + 1 + 1 + 2) / 6)
-    assert b["hit_rate_per_call"] == pytest.approx(2 / 10)
-    # Repeats of an earlier turn: B's "U" (turn 2), C's "R" (turn 3): 2 of 9 distinct calls.
-    assert b["repeat_rate_per_distinct_call"] == pytest.approx(2 / 9)
+    assert b["distinct_per_response"] == pytest.approx((2 + 2 + 1 + 1 + 2 + 2) / 6)
+    assert b["hit_rate_per_call"] == pytest.approx(2 / 11)
+    # Repeats from the same cell: B's "U" (turn 2), C's "R" (turn 3): 2 of 10 distinct calls.
+    assert b["repeat_rate_per_distinct_call"] == pytest.approx(2 / 10)
 
 
 def test_episode_breakdown_rejects_no_samples():
     with pytest.raises(ValueError, match="`samples` is empty"):
-        failures.episode_breakdown([])
+        failures.episode_breakdown([], {})
 
 
 def test_success_by_distance_groups_episodes():

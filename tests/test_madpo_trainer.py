@@ -4,6 +4,7 @@ save_model, evaluation and the constructor's checks."""
 from __future__ import annotations
 
 import logging
+import sys
 
 import pytest
 import torch
@@ -458,3 +459,50 @@ def test_wandb_config_and_special_tokens(tiny_model_path, tmp_path):
             model_config={"dtype": "float33"},
             args=config(tmp_path),
         )
+
+
+def test_wandb_run_config_merges_config_sections():
+    from comlrl.trainers.base import wandb_run_config
+
+    args = {"learning_rate": 1e-5, "num_agents": 2}
+    sections = {"dataset": {"name": "toy", "split": "train"}, "output": {"verbose": False}}
+    merged = wandb_run_config(args, {"project": "p", "config_sections": sections})
+    assert merged == {"learning_rate": 1e-5, "num_agents": 2, **sections}
+    assert wandb_run_config(args, None) == args and wandb_run_config(args, {"project": "p"}) == args
+    with pytest.raises(ValueError, match=r"keys \['num_agents'\] clash"):
+        wandb_run_config(args, {"config_sections": {"num_agents": 3}})
+    with pytest.raises(ValueError, match="must be a dict, got list"):
+        wandb_run_config(args, {"config_sections": ["output"]})
+
+
+def test_wandb_init_receives_the_merged_config(tiny_model_path, tmp_path, monkeypatch):
+    import types
+
+    calls = []
+    fake = types.ModuleType("wandb")
+
+    class Run:
+        def log(self, *a, **k):
+            pass
+
+        def finish(self):
+            pass
+
+    def init(**kwargs):
+        calls.append(kwargs)
+        return Run()
+
+    fake.init = init
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    trainer = MADPOTrainer(
+        agent_model=tiny_model_path,
+        num_agents=2,
+        reward_func=varied_reward,
+        wandb_config={"project": "p", "name": "run-1", "config_sections": {"dataset": {"name": "toy"}}},
+        args=config(tmp_path),
+    )
+    assert trainer.metrics_logger.path.exists()  # creating the logger starts the W&B run
+    assert len(calls) == 1
+    assert calls[0]["project"] == "p" and calls[0]["name"] == "run-1"
+    assert calls[0]["config"]["dataset"] == {"name": "toy"}
+    assert calls[0]["config"]["agent_learning_rate"] == trainer.args.agent_learning_rate

@@ -569,7 +569,7 @@ class MultiAgentTrainerBase:
                 self.args.output_dir,
                 self.args.report_to,
                 run_name=self.args.run_name,
-                config=self.args.to_dict(),
+                config=wandb_run_config(self.args.to_dict(), self.wandb_config),
                 wandb_kwargs=wandb_kwargs,
                 tensorboard_dir=self.args.resolved_logging_dir,
             )
@@ -858,11 +858,24 @@ def _apply_wandb_config(args: Any, wandb_config: Mapping[str, Any] | None) -> An
     name = wandb_config.get("name") or wandb_config.get("run_name")
     if name and args.run_name is None:
         changes["run_name"] = str(name)
+    wandb_run_config({}, wandb_config)  # checks `config_sections` now, not at the first log line
     sections = wandb_config.get("config_sections") or {}
-    verbose = (sections.get("output") or {}).get("verbose", True) if isinstance(sections, Mapping) else True
+    verbose = (sections.get("output") or {}).get("verbose", True)
     if verbose is False:
         changes["disable_tqdm"] = True
     return dataclasses.replace(args, **changes) if changes else args
+
+
+def wandb_run_config(args: Mapping[str, Any], wandb_config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The W&B run config: the trainer's arguments with ``wandb_config["config_sections"]`` merged in
+    (each section a top-level key, as the public CoMLRL does, so runs record e.g. the dataset section)."""
+    sections = (wandb_config or {}).get("config_sections") or {}
+    if not isinstance(sections, Mapping):
+        raise ValueError(f"`wandb_config['config_sections']` must be a dict, got {type(sections).__name__}")
+    clashes = sorted(set(sections) & set(args))
+    if clashes:
+        raise ValueError(f"`wandb_config['config_sections']` keys {clashes} clash with trainer arguments")
+    return {**dict(args), **{str(k): v for k, v in sections.items()}}
 
 
 def _wandb_init_kwargs(wandb_config: Mapping[str, Any] | None) -> dict[str, Any]:
