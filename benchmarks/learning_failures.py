@@ -170,12 +170,36 @@ def analyse(name: str, results: Path, task: learning.TaskSettings, threads: int)
     return breakdown
 
 
-def _row(name: str, b: Mapping[str, Any]) -> str:
-    turns = " / ".join(f"{100 * b['solved_at_turn'].get(t, 0):.0f}" for t in range(3))
-    return (f"| {name} | {100 * b['success']:.1f}% | {turns} | {100 * b['tool_found']:.1f}% | "
+def _int_keys(mapping: Mapping[Any, Any]) -> dict[int, Any]:
+    return {int(k): v for k, v in mapping.items()}  # JSON turned the int keys into strings
+
+
+def build_table(found: Mapping[str, Mapping[str, Any]]) -> str:
+    """Two markdown tables: the episode breakdown per policy, and success by shortest-path length."""
+    lines = [
+        "| policy | success | solved at turn 1 / 2 / 3 (%) | tool found the goal | plan dropped a solving proposal "
+        "| plan solved alone | calls / tool answer | distinct | calls reaching the goal "
+        "| calls repeating an earlier turn's from the same cell |",
+        "|" + "---|" * 10,
+    ]
+    for name, b in found.items():
+        solved = _int_keys(b["solved_at_turn"])
+        turns = " / ".join(f"{100 * solved.get(t, 0):.0f}" for t in range(3))
+        lines.append(
+            f"| {name} | {100 * b['success']:.1f}% | {turns} | {100 * b['tool_found']:.1f}% | "
             f"{100 * b['plan_dropped']:.1f}% | {100 * b['plan_alone']:.1f}% | {b['calls_per_response']:.2f} | "
             f"{b['distinct_per_response']:.2f} | {100 * b['hit_rate_per_call']:.1f}% | "
-            f"{100 * b['repeat_rate_per_distinct_call']:.1f}% |")
+            f"{100 * b['repeat_rate_per_distinct_call']:.1f}% |"
+        )
+    by_distance = {name: _int_keys(b["success_by_distance"]) for name, b in found.items()}
+    distances = sorted({d for table in by_distance.values() for d in table})
+    lines += ["", "| policy | " + " | ".join(f"distance {d}" for d in distances) + " |",
+              "|" + "---|" * (len(distances) + 1)]
+    for name, table in by_distance.items():
+        cells = [table.get(d) for d in distances]
+        lines.append(f"| {name} | " + " | ".join(
+            f"{100 * c['success']:.0f}% ({c['episodes']})" if c else "—" for c in cells) + " |")
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -184,23 +208,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=learning.DEFAULT_RESULTS)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "learning_failures.json")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the policies already in --output (same task settings); new ones replace them")
     args = parser.parse_args(argv)
     from comlrl.atomic_io import atomic_write_json
 
     task = learning.TaskSettings()
-    found = {name: analyse(name, args.results, task, args.threads) for name in args.names}
-    header = ("| policy | success | solved at turn 1 / 2 / 3 (%) | tool found the goal | plan dropped a "
-              "solving proposal | plan solved alone | calls / tool answer | distinct | calls reaching the goal "
-              "| calls repeating an earlier turn |")
-    lines = [header, "|" + "---|" * 10] + [_row(n, b) for n, b in found.items()]
-    distances = sorted({d for b in found.values() for d in b["success_by_distance"]})
-    lines += ["", "| policy | " + " | ".join(f"distance {d}" for d in distances) + " |",
-              "|" + "---|" * (len(distances) + 1)]
-    for name, b in found.items():
-        cells = [b["success_by_distance"].get(d) for d in distances]
-        lines.append(f"| {name} | " + " | ".join(
-            f"{100 * c['success']:.0f}% ({c['episodes']})" if c else "—" for c in cells) + " |")
-    table = "\n".join(lines)
+    found: dict[str, Any] = {}
+    if args.merge and args.output.exists():
+        earlier = json.loads(args.output.read_text())
+        if earlier.get("task") != json.loads(json.dumps(learning.dataclasses.asdict(task))):
+            raise SystemExit(f"--merge: {args.output} was made with other task settings")
+        found.update(earlier["policies"])
+    for name in args.names:
+        found[name] = analyse(name, args.results, task, args.threads)
+    table = build_table(found)
     print(table)
     atomic_write_json(args.output, {"task": learning.dataclasses.asdict(task), "policies": found, "table": table})
     print(f"\nwrote {args.output}")

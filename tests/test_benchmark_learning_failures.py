@@ -71,3 +71,16 @@ def test_episode_breakdown_rejects_no_samples():
 def test_success_by_distance_groups_episodes():
     table = failures.success_by_distance({7: [True, False], 8: [True], 9: [False, False]}, {7: 3, 8: 3, 9: 5})
     assert table == {3: {"episodes": 3, "success": pytest.approx(2 / 3)}, 5: {"episodes": 2, "success": 0.0}}
+
+
+def test_build_table_reads_breakdowns_back_from_json():
+    import json
+
+    samples = [tool(1, 0, 0, ["R"], [True]), plan(1, 0, 0, "#### proposal", True),
+               tool(2, 0, 0, ["U"], [False]), plan(2, 0, 0, "#### L", False)]
+    b = failures.episode_breakdown(samples, {1: (0, 0), 2: (0, 0)})
+    b["success_by_distance"] = failures.success_by_distance({1: [True], 2: [False]}, {1: 1, 2: 4})
+    fresh = failures.build_table({"p": b})
+    assert failures.build_table(json.loads(json.dumps({"p": b}))) == fresh  # int keys came back as strings
+    assert "| p | 50.0% | 50 / 0 / 0 | 50.0% | 0.0% | 0.0% | 1.00 | 1.00 | 50.0% | 0.0% |" in fresh
+    assert "| p | 100% (1) | — |" not in fresh and "| p | 100% (1) | 0% (1) |" in fresh
