@@ -6,15 +6,17 @@ On a small Plan-Path (4x4, 20 % walls, 3 turns) with the built-in ``small`` mode
    demonstrations of *every* role (``single`` from the L0 workflow, ``tool`` and ``plan`` from the
    multi-agent one) with :func:`pettingllms.trainer.sft.sft_warm_start`, so that all methods start from the
    same weights: L0 and L1 use that model, L3 gives each role a copy, L2 puts one LoRA adapter per role
-   on it. Its greedy held-out success is the "start", measured for both workflows.
+   on it. Its held-out success is the "start", measured for both workflows.
 2. **RL cells** (method x seed), each from the warm start, each with the same budget of sampled
    completions (every completion the RL rollouts draw is counted; evaluation is not):
    ``grpo_l0`` single-agent GRPO (L0, independent sampling), ``at_grpo_l1`` AT-GRPO with one shared
    model (tree sampling), ``at_grpo_l3`` AT-GRPO with one model per role, ``at_grpo_l2`` one LoRA
    adapter per role. A cell runs training steps until its completion count reaches the budget, so
    the counts agree within one step's worth.
-3. **Evaluation**: greedy success over ``eval_instances`` held-out instances whose seeds
-   ``[10**6, 10**6 + N)`` are disjoint from every training seed (asserted).
+3. **Evaluation**: success over ``eval_instances`` held-out instances whose seeds ``[10**6, 10**6 + N)``
+   are disjoint from every training seed (asserted): the mean over ``eval_samples`` trajectories per
+   instance at ``eval_temperature``, with greedy success (one trajectory at temperature 0) next to it.
+   Each cell saves its final policy to ``<results>/cache/<cell>/final`` for ``learning_failures.py``.
 
 Every cell writes ``<results>/<cell>.json`` atomically when done; a rerun skips cells whose settings
 match, so the table can be completed across sessions. Model folders go under ``<results>/cache/``
