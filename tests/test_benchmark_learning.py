@@ -83,3 +83,15 @@ def test_rl_overrides_apply_per_method_and_reject_unknown_keys():
     assert rls["at_grpo_l1"].num_generations == 8
     with pytest.raises(SystemExit, match="unknown key 'lr'"):
         learning.parse_rl_overrides(["lr=1"], ["grpo_l0"])
+
+
+def test_cell_key_leaves_later_settings_out_at_their_defaults():
+    import dataclasses
+
+    task, rl = learning.TaskSettings(), learning.RLSettings()
+    without = {k: v for k, v in dataclasses.asdict(rl).items() if k not in learning.KEY_OMITTED_DEFAULTS}
+    recorded = learning.settings_hash({"method": "at_grpo_l1", "seed": 0, "task": dataclasses.asdict(task),
+                                       "rl": without})
+    assert learning.cell_key("at_grpo_l1", 0, task, rl) == recorded  # cells recorded before the setting match
+    changed = dataclasses.replace(rl, greedy_selection=False)
+    assert learning.cell_key("at_grpo_l1", 0, task, changed) != recorded

@@ -475,6 +475,17 @@ def test_wandb_run_config_merges_config_sections():
         wandb_run_config(args, {"config_sections": ["output"]})
 
 
+def test_wandb_config_sections_clash_fails_at_construction(tiny_model_path, tmp_path):
+    with pytest.raises(ValueError, match=r"keys \['temperature'\] clash with trainer arguments"):
+        MADPOTrainer(
+            agent_model=tiny_model_path,
+            num_agents=2,
+            reward_func=varied_reward,
+            wandb_config={"project": "p", "config_sections": {"temperature": {"value": 0.7}}},
+            args=config(tmp_path),
+        )
+
+
 def test_wandb_init_receives_the_merged_config(tiny_model_path, tmp_path, monkeypatch):
     import types
 

@@ -858,7 +858,7 @@ def _apply_wandb_config(args: Any, wandb_config: Mapping[str, Any] | None) -> An
     name = wandb_config.get("name") or wandb_config.get("run_name")
     if name and args.run_name is None:
         changes["run_name"] = str(name)
-    wandb_run_config({}, wandb_config)  # checks `config_sections` now, not at the first log line
+    wandb_run_config(args.to_dict(), wandb_config)  # checks `config_sections` now, not at the first log
     sections = wandb_config.get("config_sections") or {}
     verbose = (sections.get("output") or {}).get("verbose", True)
     if verbose is False:
