@@ -192,6 +192,11 @@ def check_heldout(train_ranges: Mapping[str, Sequence[int] | range], eval_seeds:
         )
 
 
+def check_task_heldout(task: TaskSettings, train_seed_range: Sequence[int]) -> None:
+    """Assert that the held-out seeds miss both the RL training seeds and the demonstration seeds."""
+    check_heldout({"RL train seeds": train_seed_range, "demonstration seeds": task.demo_seeds}, task.eval_seeds)
+
+
 def completions_per_step_bounds(
     sampling_mode: str, num_agents: int, k: int, problems: int, max_turns: int
 ) -> tuple[int, int]:
@@ -361,8 +366,7 @@ def _trainer(method: Method, policy, task: TaskSettings, rl: RLSettings, seed: i
 def _evaluate(trainer, task: TaskSettings) -> dict[str, float]:
     """Held-out success: ``sampled`` (mean over ``eval_samples`` trajectories at ``eval_temperature``) and
     ``greedy`` (one trajectory at temperature 0)."""
-    check_heldout({"RL train seeds": trainer.config.train_seed_range, "demonstration seeds": task.demo_seeds},
-                  task.eval_seeds)
+    check_task_heldout(task, trainer.config.train_seed_range)
     ids = list(task.eval_seeds)
     sampled = trainer.evaluate(ids, num_samples=task.eval_samples, temperature=task.eval_temperature, log=False)
     greedy = trainer.evaluate(ids, num_samples=1, temperature=0.0, log=False)

@@ -80,10 +80,11 @@ def episode_breakdown(
                 responses += 1
                 calls += len(made)
                 distinct += len(set(made))
-                hits += _hits(sample)
+                turn_hits = _hits(sample)
+                hits += turn_hits
                 repeats += sum((cell, c) in seen for c in set(made))
                 seen.update((cell, c) for c in made)
-                turn_hit = _hits(sample) > 0
+                turn_hit = turn_hits > 0
                 found = found or turn_hit
             elif sample.role == plan_role:
                 accepted = bool(_ACCEPT.search(sample.response.strip()))
@@ -153,8 +154,7 @@ def analyse(name: str, results: Path, task: learning.TaskSettings, threads: int)
 
     trainer = _load(name, results, task, threads)
     ids = list(task.eval_seeds)
-    learning.check_heldout({"RL train seeds": task.train_seed_range, "demonstration seeds": task.demo_seeds},
-                           task.eval_seeds)
+    learning.check_task_heldout(task, trainer.config.train_seed_range)
     trainer.evaluate(ids, num_samples=task.eval_samples, temperature=task.eval_temperature, log=False)
     result = trainer.last_eval
     env = make_env("plan_path", task.env_config())
@@ -166,7 +166,9 @@ def analyse(name: str, results: Path, task: learning.TaskSettings, threads: int)
         if not outcome.dropped:
             per_episode[outcome.problem_id].append(outcome.success)
     breakdown["success_by_distance"] = success_by_distance(per_episode, distance)
-    breakdown["eval_success_rate"] = result.success_rate
+    if abs(breakdown["success"] - result.success_rate) > 1e-9:  # the samples' episodes are the outcomes'
+        raise RuntimeError(f"{name}: episodes from samples give success {breakdown['success']}, "
+                           f"the evaluation {result.success_rate}")
     return breakdown
 
 

@@ -70,6 +70,19 @@ def update_rows(prompts: list[list[int]], k: int, completion_length: int, pad_id
     return out
 
 
+def alternate(run, repeats: int) -> tuple[dict[bool, float], dict[bool, object]]:
+    """Median seconds of ``run(share)`` for share False / True, alternating which goes first, after one
+    uncounted warm-up round; also each variant's last output."""
+    times: dict[bool, list[float]] = {False: [], True: []}
+    outputs: dict[bool, object] = {}
+    for repeat in range(repeats + 1):
+        for share in (False, True) if repeat % 2 == 0 else (True, False):
+            seconds, outputs[share] = run(share)
+            if repeat:
+                times[share].append(seconds)
+    return {share: statistics.median(t) for share, t in times.items()}, outputs
+
+
 def time_update(model, rows: dict, share: bool) -> tuple[float, torch.Tensor]:
     model.zero_grad(set_to_none=True)
     start = time.perf_counter()
@@ -81,14 +94,8 @@ def time_update(model, rows: dict, share: bool) -> tuple[float, torch.Tensor]:
 def case_update(model, tokenizer, args) -> dict:
     prompts = corpus_prompts(tokenizer, args.prompts, args.prompt_min, args.prompt_max)
     rows = update_rows(prompts, args.k, args.completion_length, tokenizer.pad_token_id, seed=0)
-    times: dict[bool, list[float]] = {False: [], True: []}
-    outputs = {}
-    for repeat in range(args.repeats + 1):  # the first round warms up and is not counted
-        for share in (False, True) if repeat % 2 == 0 else (True, False):
-            seconds, outputs[share] = time_update(model, rows, share)
-            if repeat:
-                times[share].append(seconds)
-    plain, shared = statistics.median(times[False]), statistics.median(times[True])
+    medians, outputs = alternate(lambda share: time_update(model, rows, share), args.repeats)
+    plain, shared = medians[False], medians[True]
     return {
         "case": "update", "rows": len(rows["prompt_ids"]), "distinct_prompts": len(prompts),
         "plain_s": plain, "shared_s": shared, "ratio_plain_over_shared": plain / shared,
@@ -101,17 +108,13 @@ def case_generate(model, tokenizer, args) -> dict:
     requests = [GenerationRequest(p, seed=derive_seed(0, "shared_prompts", i)) for i, p in enumerate(prompts)]
     params = SamplingParams(n=args.k, max_new_tokens=args.max_new_tokens, temperature=1.0)
     backends = {share: HFBackend.from_model(model, tokenizer, share_prompts=share) for share in (False, True)}
-    times: dict[bool, list[float]] = {False: [], True: []}
-    tokens: dict[bool, list] = {}
-    for repeat in range(args.repeats + 1):
-        for share in (False, True) if repeat % 2 == 0 else (True, False):
-            start = time.perf_counter()
-            out = backends[share].generate(requests, params)
-            seconds = time.perf_counter() - start
-            tokens[share] = [c.token_ids for group in out for c in group]
-            if repeat:
-                times[share].append(seconds)
-    plain, shared = statistics.median(times[False]), statistics.median(times[True])
+    def run(share: bool) -> tuple[float, list]:
+        start = time.perf_counter()
+        out = backends[share].generate(requests, params)
+        return time.perf_counter() - start, [c.token_ids for group in out for c in group]
+
+    medians, tokens = alternate(run, args.repeats)
+    plain, shared = medians[False], medians[True]
     return {
         "case": "generate", "rows": len(prompts) * args.k, "distinct_prompts": len(prompts),
         "plain_s": plain, "shared_s": shared, "ratio_plain_over_shared": plain / shared,
