@@ -23,9 +23,9 @@ match, so the table can be completed across sessions. Model folders go under ``<
 (large, not for git). ``--smollm`` adds one tiny run on the ``smollm2-135m-instruct`` preset (AT-GRPO
 L1, no warm start, 2 steps x 2 problems, K = 2) showing the pipeline runs on a real pretrained model.
 
-    .venv/bin/python benchmarks/learning.py                       # everything, 3 seeds
-    .venv/bin/python benchmarks/learning.py --seeds 0 --methods at_grpo_l1 --budget-minutes 3
-    .venv/bin/python benchmarks/learning.py --rl learning_rate=2e-4 --rl at_grpo_l1.num_generations=8
+    .venv/bin/python -m benchmarks.learning                       # everything, 3 seeds
+    .venv/bin/python -m benchmarks.learning --seeds 0 --methods at_grpo_l1 --budget-minutes 3
+    .venv/bin/python -m benchmarks.learning --rl learning_rate=2e-4 --rl at_grpo_l1.num_generations=8
 """
 
 from __future__ import annotations
@@ -45,8 +45,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 DEFAULT_RESULTS = ROOT / "benchmarks" / "results" / "learning"
 SUMMARY_PATH = ROOT / "benchmarks" / "results" / "learning.json"
@@ -698,7 +696,7 @@ def run_jobs(jobs: Sequence[Job], parallel: int, threads: int, logs: Path) -> di
                     print(f"[skip] {job.name}: finished ({_display(job.result)})", flush=True)
                     continue
                 log = open(logs / f"{job.name}.log", "w")  # noqa: SIM115 - closed when the job ends
-                cmd = [sys.executable, str(Path(__file__).resolve()), *job.argv, "--threads", str(threads)]
+                cmd = [sys.executable, "-m", "benchmarks.learning", *job.argv, "--threads", str(threads)]
                 proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
                 running[job.name] = (proc, time.perf_counter(), log)
                 print(f"[start] {job.name} (pid {proc.pid}, log {log.name})", flush=True)

@@ -13,7 +13,7 @@ episodes by what happened:
   of an earlier turn of the same episode from the same cell (wasted: the report is already known).
 - ``success_by_distance``: success by the instance's shortest-path length from the start.
 
-    .venv/bin/python benchmarks/learning_failures.py warmstart-seed0 at_grpo_l1-seed0 at_grpo_l3-seed0
+    .venv/bin/python -m benchmarks.learning_failures warmstart-seed0 at_grpo_l1-seed0 at_grpo_l3-seed0
 """
 
 from __future__ import annotations
@@ -21,18 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-for path in (ROOT, ROOT / "benchmarks"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-import learning  # noqa: E402  (the benchmark's settings, policies and trainer)
+from benchmarks import learning  # the benchmark's settings, policies and trainer
 
 GOAL_REACHED = "goal reached"
 _ACCEPT = re.compile(r"####\s*proposal\s*$", re.IGNORECASE)
@@ -209,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("names", nargs="+", help="warmstart-seedN or a finished cell, e.g. at_grpo_l1-seed0")
     parser.add_argument("--results", type=Path, default=learning.DEFAULT_RESULTS)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "learning_failures.json")
+    parser.add_argument("--output", type=Path, default=learning.ROOT / "benchmarks" / "results" / "learning_failures.json")
     parser.add_argument("--merge", action="store_true",
                         help="keep the policies already in --output (same task settings); new ones replace them")
     args = parser.parse_args(argv)

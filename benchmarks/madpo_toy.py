@@ -6,8 +6,8 @@ joint reward is in [0, 2]). Neither agent sees the other's score: they learn onl
 won. The model is the offline ``test-tiny`` preset (random init, ~0.1M parameters), so any rise comes from
 MADPO alone.
 
-    python benchmarks/madpo_toy.py                      # seeds 0 1 2, 5 iterations
-    python benchmarks/madpo_toy.py --seeds 0 --iterations 3 --model tiny
+    python -m benchmarks.madpo_toy                      # seeds 0 1 2, 5 iterations
+    python -m benchmarks.madpo_toy --seeds 0 --iterations 3 --model tiny
 
 For every seed it reports, per round, the mean task reward of the current agents' candidates (sampled
 before that round's update), and the mean reward on 16 held-out items before and after training. Prints a

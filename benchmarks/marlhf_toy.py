@@ -8,8 +8,8 @@ Bradley–Terry (a held-out share of the pairs measures its pairwise accuracy), 
 the RL backend on the reward model's scores. The model is the offline ``test-tiny`` preset (random init,
 ~0.1M parameters) for the agents, the reward model and the critic.
 
-    python benchmarks/marlhf_toy.py                       # seeds 0 1 2, magrpo and maac
-    python benchmarks/marlhf_toy.py --seeds 0 --algorithms magrpo --rl-epochs 4
+    python -m benchmarks.marlhf_toy                       # seeds 0 1 2, magrpo and maac
+    python -m benchmarks.marlhf_toy --seeds 0 --algorithms magrpo --rl-epochs 4
 
 Two pair selections are run: ``reward_gap`` (each item's widest-gap pairs, the library default: easy to
 rank) and ``random`` (any non-tied pairs, small gaps included: a harder ranking test).
@@ -23,13 +23,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
 # The cooperative task of the MADPO benchmark and the runner pieces both toy benchmarks share.
-from madpo_toy import (  # noqa: E402
+from benchmarks.madpo_toy import (
     EVAL_SETTINGS,
     HELD_OUT,
     TASK,
@@ -41,8 +39,7 @@ from madpo_toy import (  # noqa: E402
     train_and_evaluate,
     write_result,
 )
-
-from comlrl.trainers.preference import MARLHFConfig, MARLHFTrainer  # noqa: E402
+from comlrl.trainers.preference import MARLHFConfig, MARLHFTrainer
 
 
 def settings(args: argparse.Namespace) -> dict:

@@ -7,8 +7,8 @@ and attaching their sampled ids (no tokenization). Peak memory of a draw is meas
 ``tracemalloc`` (which slows Python down, so it is not timed). For contrast it also times reading every
 round file whole (a few rounds timed, scaled to all), which is what a buffer without an index must do.
 
-    python benchmarks/replay.py                      # 100 rounds x 10,000 pairs, sample 10,000
-    python benchmarks/replay.py --rounds 10 --pairs 1000 --sample 1000   # a quick look
+    python -m benchmarks.replay                      # 100 rounds x 10,000 pairs, sample 10,000
+    python -m benchmarks.replay --rounds 10 --pairs 1000 --sample 1000   # a quick look
 
 Prints a table and writes ``benchmarks/results/replay.json``. Target: under 0.5 s per draw + load.
 """

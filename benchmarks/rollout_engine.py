@@ -11,8 +11,8 @@ tool + plan agents, one shared policy) against raw batched ``generate`` calls wi
 and token counts at each decision point; environment time is reported apart and left out of the ratio,
 and the row lists the generate calls made per decision point (one per policy).
 
-    python benchmarks/rollout_engine.py                       # every case, test-tiny and small
-    python benchmarks/rollout_engine.py --cases engine_vs_raw --presets small --repeats 7
+    python -m benchmarks.rollout_engine                       # every case, test-tiny and small
+    python -m benchmarks.rollout_engine --cases engine_vs_raw --presets small --repeats 7
 
 Cases are functions registered in ``CASES``; each returns result rows (dicts) for the table and JSON.
 Results go to ``benchmarks/results/rollout_engine.json``.

@@ -12,8 +12,8 @@ longer than an answer. This times, side by side in one process and alternating t
 It prints medians, the ratio plain / shared, and the largest difference between the two variants'
 log-probs (update) or whether the sampled tokens are identical (generate). torch runs on ``--threads``.
 
-    python benchmarks/shared_prompts.py                      # small preset, 9 prompts x K=4, 5 repeats
-    python benchmarks/shared_prompts.py --k 8 --repeats 7
+    python -m benchmarks.shared_prompts                      # small preset, 9 prompts x K=4, 5 repeats
+    python -m benchmarks.shared_prompts --k 8 --repeats 7
 
 Results go to ``benchmarks/results/shared_prompts.json``.
 """

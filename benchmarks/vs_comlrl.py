@@ -25,9 +25,9 @@ One case per ``--train-batch-size`` value (default ``2 8``: the public default o
 headline; 8 shows how the two update schemes scale: one padded forward per agent per batch against four
 forwards per pair and agent).
 
-    python benchmarks/vs_comlrl.py                   # 16 items, 4 candidates, 4 pairs/item, 5+5 runs per case
-    python benchmarks/vs_comlrl.py --items 64 --train-batch-size 2 --repeats 3 --profile
-    python benchmarks/vs_comlrl.py --skip-theirs     # only ours
+    python -m benchmarks.vs_comlrl                   # 16 items, 4 candidates, 4 pairs/item, 5+5 runs per case
+    python -m benchmarks.vs_comlrl --items 64 --train-batch-size 2 --repeats 3 --profile
+    python -m benchmarks.vs_comlrl --skip-theirs     # only ours
 
 ``--profile`` adds one cProfile'd ``train()`` per side and case (not counted in the timings) and prints its
 top functions. Results: ``benchmarks/results/vs_comlrl.json``. If the public library cannot be installed,

@@ -17,17 +17,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-__all__ = ["UsageError", "build_parser", "list_registered", "main", "run_guarded"]
+from pettingllms.scripts.guard import EXIT_INTERRUPTED, EXIT_USAGE, UsageError, run_guarded
 
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
-
-
-class UsageError(Exception):
-    """A user error the command line reports in one line with exit status 2."""
-
+__all__ = ["EXIT_INTERRUPTED", "EXIT_USAGE", "UsageError", "build_parser", "list_registered", "main", "run_guarded"]
 
 def list_registered() -> str:
     """The registered environments with their agent roles, and the env workers, as text."""
@@ -73,25 +67,6 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     commands["envs"] = sub.add_parser("envs", help="list the registered environments and agents")
     commands["envs"].set_defaults(handler=_envs)
     return parser, commands
-
-
-def run_guarded(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
-    """``handler(args)``, with user errors (a bad config, override or argument) reported in one line on
-    stderr and exit status 2; Ctrl-C exits with 130 and a hint to resume."""
-    from pettingllms.config import ConfigError
-    from pettingllms.registry import RegistryError
-
-    try:
-        return int(handler(args) or 0)
-    except (ConfigError, UsageError, RegistryError) as error:
-        print(f"pettingllms: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print(
-            "pettingllms: interrupted; continue with the same command plus --resume (checkpoints are kept)",
-            file=sys.stderr,
-        )
-        return EXIT_INTERRUPTED
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -34,8 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def write_sudoku_bank(size: int, count: int, output: str | Path | None = None, first_seed: int = 0, givens: int | None = None) -> Path:
     """Write a bank of ``count`` puzzles (seeds ``first_seed ...``); returns its path."""
     from comlrl.atomic_io import atomic_write_text
-    from pettingllms.cli import UsageError
     from pettingllms.envs.sudoku.generator import bank_to_text, build_bank, default_bank_path
+    from pettingllms.scripts.guard import UsageError
 
     if count < 1:
         raise UsageError(f"`--count` must be >= 1, got {count}")
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from pettingllms.cli import run_guarded
+    from pettingllms.scripts.guard import run_guarded
 
     parser = argparse.ArgumentParser(prog="python -m pettingllms.scripts.dataprocess", description=__doc__.splitlines()[0])
     add_arguments(parser)

@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def policy_folder(path: str | Path) -> Path:
     """The saved-policy folder ``path`` names (itself, or its ``policies/``); an error names what is missing."""
-    from pettingllms.cli import UsageError
+    from pettingllms.scripts.guard import UsageError
 
     path = Path(path)
     if (path / LAYOUT_FILE).is_file():
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from pettingllms.cli import run_guarded
+    from pettingllms.scripts.guard import run_guarded
 
     parser = argparse.ArgumentParser(prog="python -m pettingllms.scripts.evaluate", description=__doc__.splitlines()[0])
     add_arguments(parser)

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from pettingllms.cli import run_guarded
+    from pettingllms.scripts.guard import run_guarded
 
     parser = argparse.ArgumentParser(prog="python -m pettingllms.scripts.train", description=__doc__.splitlines()[0])
     add_arguments(parser)

@@ -4,7 +4,6 @@ weights (bitwise, CPU), the same metrics and the same replay files as an uninter
 from __future__ import annotations
 
 import pytest
-from trainer_helpers import assert_same_run, madpo_values, plan_items, varied_reward
 
 from comlrl.trainers.preference import (
     MADPOConfig,
@@ -13,6 +12,7 @@ from comlrl.trainers.preference import (
     MADPOTrainer,
     OracleError,
 )
+from tests.helpers.trainer_helpers import assert_same_run, madpo_values, plan_items, varied_reward
 
 ITEMS = plan_items(3)
 

@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from benchmarks import learning_failures as failures
 from pettingllms.envs.game_parsers import ToolCall
-
-_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(_ROOT / "benchmarks"))
-_SPEC = importlib.util.spec_from_file_location("benchmark_learning_failures", _ROOT / "benchmarks" / "learning_failures.py")
-failures = importlib.util.module_from_spec(_SPEC)
-sys.modules[_SPEC.name] = failures
-_SPEC.loader.exec_module(failures)
 
 
 def tool(pid, env, turn, calls, reached):

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from trainer_helpers import plan_items
-from trainer_helpers import varied_reward as reward
 
 from comlrl.rollout import Completion
 from comlrl.trainers.base import ItemSample
 from comlrl.trainers.reference_kl import ReferencePolicy, reference_devices, shaped_rewards
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
+from tests.helpers.trainer_helpers import plan_items
+from tests.helpers.trainer_helpers import varied_reward as reward
 
 ITEMS = plan_items(2)
 

@@ -13,7 +13,7 @@ import pytest
 from pettingllms.cli import main
 from pettingllms.registry import list_agents, list_envs
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TINY_L0 = [
     "env.max_turns=1",
     "rollout.num_generations=2",

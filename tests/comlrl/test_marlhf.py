@@ -4,7 +4,6 @@ settings, warm start, exact resume between rounds, and the reward-model source /
 from __future__ import annotations
 
 import pytest
-from trainer_helpers import CountingReward, assert_same_run, changed_per_agent, plan_items, weights
 
 from comlrl.trainers.preference import (
     MARLHFConfig,
@@ -13,6 +12,13 @@ from comlrl.trainers.preference import (
     MARLHFTrainer,
 )
 from comlrl.trainers.preference.reward_model import JointRewardModel
+from tests.helpers.trainer_helpers import (
+    CountingReward,
+    assert_same_run,
+    changed_per_agent,
+    plan_items,
+    weights,
+)
 
 ITEMS = plan_items(3)
 RL_ALGORITHMS = ["magrpo", "mareinforce", "marloo", "maremax", "maac", "iac"]

@@ -1,8 +1,7 @@
 """A real HTTP server on 127.0.0.1 that answers like the four API formats, with scriptable faults.
 
-Use it from a test module with ``from http_fixture import api_server as api_server`` (pytest puts
-``tests/`` on ``sys.path`` because the folder has no ``__init__.py``; the ``as`` form tells ruff the name is
-re-exported, so a test parameter of that name is not a redefinition) and take the ``api_server``
+Use it from a test module with ``from tests.helpers.http_fixture import api_server as api_server`` (the
+``as`` form tells ruff the name is re-exported, so a test parameter of that name is not a redefinition) and take the ``api_server``
 fixture, or build an :class:`APIServer` directly (``with APIServer() as server: ...``).
 
 Normal answers. Each format has a path (:data:`FORMAT_PATHS`, ``server.url("openai")``). The reply to a

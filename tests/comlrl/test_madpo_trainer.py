@@ -8,11 +8,11 @@ import sys
 
 import pytest
 import torch
-from trainer_helpers import agent_snapshots as snapshot
-from trainer_helpers import madpo_values, plan_items, records, varied_reward
 
 from comlrl.seeding import derive_seed
 from comlrl.trainers.preference import MADPOConfig, MADPOTrainer
+from tests.helpers.trainer_helpers import agent_snapshots as snapshot
+from tests.helpers.trainer_helpers import madpo_values, plan_items, records, varied_reward
 
 NAMES = [
     "loss",

@@ -6,14 +6,14 @@ import json
 
 import pytest
 import torch
-from trainer_helpers import agent_snapshots as snapshot
-from trainer_helpers import madpo_values, plan_items
-from trainer_helpers import varied_reward as length_reward
 
 from comlrl.rollout import Completion
 from comlrl.trainers.preference import MADPOIterConfig, MADPOIterTrainer, read_round
 from comlrl.trainers.preference.comparators.base import ComparatorItemOutput
 from comlrl.trainers.preference.iterative import reward_histogram
+from tests.helpers.trainer_helpers import agent_snapshots as snapshot
+from tests.helpers.trainer_helpers import madpo_values, plan_items
+from tests.helpers.trainer_helpers import varied_reward as length_reward
 
 
 def varied_reward(a, b):

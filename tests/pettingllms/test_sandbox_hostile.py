@@ -346,8 +346,8 @@ def test_controls_show_the_checks_can_fail(ctx):
 # --------------------------------------------------------------------------- non-root trainer
 
 NON_ROOT_SCRIPT = textwrap.dedent("""
+    # Run with -E -s (not -I): the script's folder, which holds the package copy, is sys.path[0].
     import json, os, sys
-    sys.path.insert(0, sys.argv[1])
     from pettingllms.sandbox import SandboxConfig, SandboxPool, pids_of_uid
     programs = json.loads(sys.argv[2])
     os.environ["SANDBOX_TEST_SECRET"] = sys.argv[3]
@@ -408,7 +408,7 @@ def _run_as_unprivileged_trainer(ctx: Context, programs: list[str], config: dict
     home = tempfile.mkdtemp(prefix="sbx-nonroot-")
     try:
         # A world-readable copy of the package: the checkout may sit where the uid cannot read it.
-        package = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pettingllms")
+        package = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "pettingllms")
         shutil.copytree(package, os.path.join(home, "pettingllms"),
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         script = os.path.join(home, "trainer.py")
@@ -423,7 +423,7 @@ def _run_as_unprivileged_trainer(ctx: Context, programs: list[str], config: dict
                 "os.execv(sys.argv[2], sys.argv[2:])\n")
         env = {"PATH": "/usr/bin:/bin", "HOME": home, "SANDBOX_TEST_SECRET": SECRET, "LANG": "C.UTF-8"}
         proc = subprocess.run(
-            [sys.executable, "-I", "-S", "-c", drop, str(uid), python, "-I", script, home, json.dumps(payload),
+            [sys.executable, "-I", "-S", "-c", drop, str(uid), python, "-E", "-s", script, home, json.dumps(payload),
              SECRET, json.dumps(config)],
             capture_output=True, text=True, env=env, cwd=home, timeout=120)
         assert proc.returncode == 0, proc.stderr[-3000:]

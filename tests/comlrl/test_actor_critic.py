@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from trainer_helpers import plan_items
-from trainer_helpers import varied_reward as reward
 
 from comlrl.trainers.actor_critic import IACConfig, IACTrainer, MAACConfig, MAACTrainer
 from comlrl.trainers.actor_critic.critics import ValueModel, agent_critic_text, joint_critic_text
+from tests.helpers.trainer_helpers import plan_items
+from tests.helpers.trainer_helpers import varied_reward as reward
 
 ITEMS = plan_items(3)
 

@@ -7,8 +7,6 @@ import random
 import time
 
 import pytest
-from http_fixture import APIServer, drop_field, http_error, json_reply, malformed, prompt_text, slow
-from http_fixture import api_server as api_server  # the fixture; "as" marks the re-export for ruff
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -26,6 +24,18 @@ from comlrl.rollout.api import (
     parse_retry_after,
 )
 from comlrl.rollout.types import Completion, GenerationRequest, RolloutBackend, SamplingParams
+from tests.helpers.http_fixture import (
+    APIServer,
+    drop_field,
+    http_error,
+    json_reply,
+    malformed,
+    prompt_text,
+    slow,
+)
+from tests.helpers.http_fixture import (
+    api_server as api_server,  # the fixture; "as" marks the re-export for ruff
+)
 
 KEY = "sk-test-0123456789abcdef"
 FAST = dict(timeout=2.0, backoff_base=0.001, backoff_max=0.01)

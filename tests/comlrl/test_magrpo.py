@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from trainer_helpers import CountingReward, plan_items, weights
 
 from comlrl.rollout import Completion
 from comlrl.trainers.base import ItemSample
 from comlrl.trainers.preference import MARLHFConfig
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
+from tests.helpers.trainer_helpers import CountingReward, plan_items, weights
 
 ITEMS = plan_items(3)
 

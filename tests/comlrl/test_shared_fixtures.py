@@ -11,7 +11,7 @@ from transformers import AutoTokenizer
 
 from comlrl.trainers.preference.records import RoundFile, read_round
 
-FIXTURE = Path(__file__).resolve().parents[1] / "shared" / "fixtures" / "public_comlrl_iteration_0001.json"
+FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "public_comlrl_iteration_0001.json"
 
 
 def test_public_round_file_reads_with_every_record_field(tmp_path):

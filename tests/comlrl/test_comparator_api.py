@@ -5,8 +5,6 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from http_fixture import APIServer, http_error, json_reply, malformed
-from http_fixture import api_server as api_server  # the fixture; "as" marks the re-export for ruff
 
 from comlrl.rollout import SamplingParams
 from comlrl.trainers.preference.comparators import (
@@ -17,6 +15,10 @@ from comlrl.trainers.preference.comparators import (
     build_comparator,
 )
 from comlrl.trainers.preference.config import MADPOIterConfig
+from tests.helpers.http_fixture import APIServer, http_error, json_reply, malformed
+from tests.helpers.http_fixture import (
+    api_server as api_server,  # the fixture; "as" marks the re-export for ruff
+)
 
 SEED = 5
 KEY = "sk-comparator-test-key"

@@ -1,5 +1,5 @@
 """Shared pieces of the tiny-trainer tests: prompts, a text-dependent task reward, weight snapshots and the
-exact-resume comparison. Imported as ``from trainer_helpers import ...`` (tests/ is on sys.path)."""
+exact-resume comparison. Imported as ``from tests.helpers.trainer_helpers import ...``."""
 
 from __future__ import annotations
 

@@ -12,9 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from http_fixture import APIServer, slow
-from http_fixture import api_server as api_server  # the fixture; "as" marks the re-export for ruff
-from trainer_helpers import changed_per_agent, madpo_values, plan_items, records, varied_reward, weights
 
 from comlrl.trainers.preference import (
     MADPOConfig,
@@ -26,8 +23,20 @@ from comlrl.trainers.preference import (
     MARLHFTrainer,
     read_round,
 )
+from tests.helpers.http_fixture import APIServer, slow
+from tests.helpers.http_fixture import (
+    api_server as api_server,  # the fixture; "as" marks the re-export for ruff
+)
+from tests.helpers.trainer_helpers import (
+    changed_per_agent,
+    madpo_values,
+    plan_items,
+    records,
+    varied_reward,
+    weights,
+)
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "compatibility.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "compatibility.md"
 ITEMS = plan_items(2)
 
 

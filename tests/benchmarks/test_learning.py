@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "learning.py"
-_SPEC = importlib.util.spec_from_file_location("benchmark_learning", _PATH)
-learning = importlib.util.module_from_spec(_SPEC)
-sys.modules[_SPEC.name] = learning  # dataclasses look their module up there
-_SPEC.loader.exec_module(learning)
+from benchmarks import learning
 
 
 def test_completions_per_step_bounds_counts_decisions():
