@@ -178,6 +178,38 @@ def latest_checkpoint(output_dir: str | os.PathLike) -> Path | None:
     return found[-1][1] if found else None
 
 
+class CheckpointNotFoundError(FileNotFoundError, ValueError):
+    """No checkpoint where one was asked for (a ``FileNotFoundError`` and, for older callers, a
+    ``ValueError``)."""
+
+
+def find_checkpoint(
+    path: str | os.PathLike, *, output_dir: str | os.PathLike | None = None, field: str = "resume_from_checkpoint"
+) -> Path:
+    """The checkpoint a resume names, for every trainer: ``path`` True means the latest complete checkpoint
+    in ``output_dir``; a ``checkpoint-N`` folder is itself; a folder holding ``checkpoint-N`` folders gives
+    its latest complete one. Anything else raises :class:`CheckpointNotFoundError` naming ``field``."""
+    if path is True:
+        if output_dir is None:
+            raise ValueError(f"`{field}` is True but no output_dir was given to look in")
+        found = latest_checkpoint(output_dir)
+        if found is None:
+            raise CheckpointNotFoundError(f"`{field}` is True but {output_dir} holds no complete checkpoint")
+        return found
+    if isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"`{field}` must be a path or True, got {path!r}")
+    folder = Path(path)
+    if (folder / TRAINER_STATE_FILE).is_file():
+        return folder
+    found = latest_checkpoint(folder) if folder.is_dir() else None
+    if found is None:
+        raise CheckpointNotFoundError(
+            f"`{field}` {os.fspath(path)!r}: no checkpoint at {folder} (expected a checkpoint-N folder or a "
+            "folder holding them)"
+        )
+    return found
+
+
 def rotate_checkpoints(
     output_dir: str | os.PathLike, save_total_limit: int, keep: str | os.PathLike
 ) -> list[Path]:

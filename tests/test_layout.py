@@ -1,0 +1,179 @@
+"""The tree's rules, checked on the source: no import cycle (lazy imports inside functions count too), trainer
+families that import only the core and lower layers, no private name imported across packages, and module
+sizes a reader can take in."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("comlrl", "pettingllms")
+FAMILIES = ("preference", "reinforce", "actor_critic")
+MAX_LINES = 900
+# Modules written before the 600-line rule for new modules; they stay under MAX_LINES.
+OLDER_MODULES_OVER_600 = {
+    "comlrl/rollout/api.py",
+    "comlrl/policy/multi_agent.py",
+    "pettingllms/execution/engine.py",
+    "pettingllms/sandbox/pool.py",
+    "comlrl/trainers/preference/reward_model.py",
+    "pettingllms/pipeline.py",
+}
+
+
+def source_modules() -> dict[str, Path]:
+    """Every module of the two packages by dotted name (a package by its ``__init__``)."""
+    out = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = path
+    return out
+
+
+def imported_names(path: Path, module: str) -> list[tuple[str, list[str]]]:
+    """``(module imported, names taken from it)`` for every import statement of the file, at any depth."""
+    is_package = path.name == "__init__.py"
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(alias.name, []) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".")
+                anchor = anchor if is_package else anchor[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            out.append((base, [alias.name for alias in node.names]))
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Edges module -> the project modules it imports (``from a import b`` points at ``a.b`` when that is
+    a module, else at ``a``)."""
+    modules = source_modules()
+    graph: dict[str, set[str]] = defaultdict(set)
+    for name, path in modules.items():
+        for target, names in imported_names(path, name):
+            if target.split(".")[0] not in PACKAGES:
+                continue
+            subs = [f"{target}.{n}" for n in names if f"{target}.{n}" in modules]
+            for dest in subs or [target]:
+                if dest in modules and dest != name:
+                    graph[name].add(dest)
+            for n in names:
+                if f"{target}.{n}" not in modules and target in modules and target != name:
+                    graph[name].add(target)
+    return graph
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on_stack, out = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(set(graph) | {w for ws in graph.values() for w in ws}):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def family_of(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[:2] == ["comlrl", "trainers"] and len(parts) > 2 and parts[2] in FAMILIES:
+        return parts[2]
+    return None
+
+
+def test_no_import_cycle():
+    cycles = find_cycles(import_graph())
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_comlrl_never_imports_pettingllms():
+    graph = import_graph()
+    wrong = sorted((a, b) for a, bs in graph.items() for b in bs if a.startswith("comlrl") and b.startswith("pettingllms"))
+    assert not wrong, wrong
+
+
+def test_trainer_families_import_only_the_core_and_lower_layers():
+    wrong = []
+    for module, targets in import_graph().items():
+        mine = family_of(module)
+        if mine is None:
+            continue
+        for target in targets:
+            theirs = family_of(target)
+            if theirs is not None and theirs != mine:
+                wrong.append(f"{module} -> {target}")
+            elif target.startswith("comlrl.trainers.") and theirs is None and not target.startswith(
+                "comlrl.trainers.core"
+            ):
+                wrong.append(f"{module} -> {target} (outside the core)")
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+def test_no_private_name_crosses_a_package():
+    """A name starting with ``_`` is imported only inside its own top-level package (comlrl, pettingllms),
+    and no trainer family imports another module's private name."""
+    modules = source_modules()
+    wrong = []
+    for name, path in modules.items():
+        for target, names in imported_names(path, name):
+            if target.split(".")[0] not in PACKAGES:
+                continue
+            for n in names:
+                if not n.startswith("_") or n.startswith("__"):
+                    continue
+                if target.split(".")[0] != name.split(".")[0]:
+                    wrong.append(f"{name} imports {target}.{n}")
+                elif family_of(name) is not None and target.rsplit(".", 1)[0] != name.rsplit(".", 1)[0]:
+                    wrong.append(f"{name} imports {target}.{n} (private, another folder)")
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_module_sizes(package):
+    too_long = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        lines = len(path.read_text().splitlines())
+        relative = path.relative_to(ROOT).as_posix()
+        limit = MAX_LINES if relative in OLDER_MODULES_OVER_600 else 600
+        if lines > limit:
+            too_long.append(f"{relative}: {lines} lines (limit {limit})")
+    assert not too_long, "\n".join(too_long)
+
+
+def test_find_cycles_finds_a_planted_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert find_cycles(graph) == [["a", "b", "c"]]
+    assert find_cycles({"a": {"b"}, "b": set()}) == []
