@@ -1,4 +1,4 @@
-"""Metric reporting through ``report_to`` (none / tensorboard / wandb) plus a local JSONL file.
+"""Metric reporting through ``report_to`` (none / tensorboard / wandb / all) plus a local JSONL file.
 
 Every run writes ``output_dir/metrics.jsonl`` (one JSON object per logged step); tensorboard and wandb are
 imported only when asked for, with an install hint when missing.
@@ -6,6 +6,7 @@ imported only when asked for, with an install hint when missing.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -13,21 +14,41 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-KNOWN_REPORTERS = ("none", "tensorboard", "wandb")
+REPORT_TO_CHOICES = ("tensorboard", "wandb")
+KNOWN_REPORTERS = ("none", *REPORT_TO_CHOICES)  # the names besides "all"
+
+
+def installed_reporters() -> list[str]:
+    """What ``report_to="all"`` turns on (TRL's meaning): every integration whose package is installed.
+    TensorBoard counts only with the ``tensorboard`` package, which ``torch.utils.tensorboard`` needs
+    (``tensorboardX`` alone does not serve :class:`MetricsLogger`)."""
+    return [name for name in REPORT_TO_CHOICES if importlib.util.find_spec(name) is not None]
 
 
 def normalize_report_to(report_to: str | Iterable[str] | None) -> list[str]:
-    """``None``/"none" -> []; "all" -> tensorboard and wandb; validates names."""
+    """``report_to`` as a list of sink names, in order and without repeats: ``None`` and ``"none"`` give
+    ``[]``, a comma-separated string is split, names are lower-cased and stripped, ``"all"`` stands for
+    :func:`installed_reporters`."""
     if report_to is None:
         return []
-    names = [report_to] if isinstance(report_to, str) else list(report_to)
-    names = [str(n).strip().lower() for n in names]
-    if "all" in names:
-        names = ["tensorboard", "wandb"]
-    unknown = [n for n in names if n not in KNOWN_REPORTERS]
-    if unknown:
-        raise ValueError(f"`report_to` got unknown reporter(s) {unknown}; known: {list(KNOWN_REPORTERS)} or 'all'")
-    return [n for n in names if n != "none"]
+    items = report_to.split(",") if isinstance(report_to, str) else report_to
+    if isinstance(items, Iterable) and not isinstance(items, Mapping):
+        items = list(items)
+    if not isinstance(items, list) or not all(isinstance(v, str) for v in items):
+        raise ValueError(f"`report_to` must be a string or a list of strings, got {report_to!r}")
+    names: list[str] = []
+    for item in items:
+        name = item.strip().lower()
+        if name == "all":
+            names += installed_reporters()
+        elif name in REPORT_TO_CHOICES:
+            names.append(name)
+        elif name not in ("", "none"):
+            raise ValueError(
+                f"`report_to` must be 'none' or any of: {', '.join(REPORT_TO_CHOICES)}, got {report_to!r} "
+                "(or 'all': every installed one)"
+            )
+    return list(dict.fromkeys(names))
 
 
 def _finite_scalars(metrics: Mapping[str, Any]) -> dict[str, float]:

@@ -5,14 +5,21 @@ chunk. Results are completion-aligned whatever the padding: column ``j`` holds t
 completion's ``j``-th token, ``log_softmax(logits / temperature)`` taken in float32, and the mask marks
 real tokens. Which tokens are real comes from the sequence lengths, never from comparing ids with the pad
 token, so ``pad_token_id == eos_token_id`` is fine.
+
+:func:`per_token_logps` scores a batch already padded in TRL's layout (``prompt_ids`` left-,
+``completion_ids`` right-padded), as the AT-GRPO update holds it, optionally encoding each distinct prompt
+once (:func:`shared_prompt_completion_logits`). Both run their padded forward through
+:func:`last_position_logits`.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
+
+from comlrl.rl import masked_entropy
 
 PADDING_SIDES = ("split", "left", "right")
 
@@ -75,6 +82,22 @@ def score_chunks(lengths: Sequence[int], token_budget: int | None) -> list[list[
     return chunks
 
 
+def last_position_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, keep: int) -> torch.Tensor:
+    """The logits of a padded batch's last ``keep`` positions, ``[B, keep, V]``: one forward without a KV
+    cache, positions counted over each row's real tokens; only those logits are built where the model
+    takes ``logits_to_keep``."""
+    inputs = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "position_ids": (attention_mask.cumsum(dim=1) - 1).clamp(min=0),
+        "use_cache": False,
+    }
+    try:
+        return model(**inputs, logits_to_keep=keep).logits
+    except TypeError:  # a model without ``logits_to_keep``: compute all logits and slice
+        return model(**inputs).logits[:, -keep:]
+
+
 def _forward_chunk(model, prompts, completions, pad_token_id, temperature, padding_side, device):
     prompt_lengths = [len(p) for p in prompts]
     completion_lengths = [len(c) for c in completions]
@@ -87,7 +110,6 @@ def _forward_chunk(model, prompts, completions, pad_token_id, temperature, paddi
         input_ids[i, p0 : p0 + len(prompt)] = torch.tensor(prompt, dtype=torch.long)
         input_ids[i, c0 : c0 + len(completion)] = torch.tensor(completion, dtype=torch.long)
         attention_mask[i, p0 : c0 + len(completion)] = 1
-    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
     # Token j of row i sits at column completion_starts[i] + j and is predicted by the column before it;
     # only logits from the earliest such column on are computed.
     first = min(completion_starts) - 1
@@ -98,16 +120,7 @@ def _forward_chunk(model, prompts, completions, pad_token_id, temperature, paddi
     targets = torch.tensor(
         [list(c) + [pad_token_id] * (longest - len(c)) for c in completions], dtype=torch.long
     )
-    inputs = {
-        "input_ids": input_ids.to(device),
-        "attention_mask": attention_mask.to(device),
-        "position_ids": position_ids.to(device),
-        "use_cache": False,
-    }
-    try:
-        logits = model(**inputs, logits_to_keep=keep).logits
-    except TypeError:  # a model without ``logits_to_keep``: compute all logits and slice
-        logits = model(**inputs).logits[:, -keep:]
+    logits = last_position_logits(model, input_ids.to(device), attention_mask.to(device), keep)
     if padding_side == "split":
         selected = logits[:, :longest]
     else:
@@ -276,3 +289,40 @@ def shared_prompt_completion_logits(
         **{cache_keyword(model): cache},
     ).logits
     return torch.cat([first_logits, rest], dim=1)
+
+
+def per_token_logps(
+    model: torch.nn.Module,
+    rows: Mapping[str, torch.Tensor],
+    temperature: float,
+    with_entropy: bool = False,
+    share_prompts: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One padded forward over TRL's layout (``prompt_ids`` left-, ``completion_ids`` right-padded).
+
+    Returns ``log_softmax(logits / temperature)`` of each completion token (``[B, C]``, float32, 0 on
+    padding), the same quantity the rollout sampler recorded, and optionally the mean entropy of the
+    completion positions' distributions (detached). Only the last ``C + 1`` positions' logits are built.
+    ``share_prompts`` encodes each distinct prompt once (:func:`shared_prompt_completion_logits`): the same
+    numbers up to float rounding, and about K times less prompt work when a batch holds the K candidates of
+    a group.
+    """
+    completion_mask = rows["completion_mask"]
+    device = next(model.parameters()).device
+    prompt_ids, prompt_mask = rows["prompt_ids"].to(device), rows["prompt_mask"].to(device)
+    completion_ids = rows["completion_ids"].to(device)
+    width = completion_ids.shape[1]
+    if share_prompts:
+        logits = shared_prompt_completion_logits(model, prompt_ids, prompt_mask, completion_ids)
+    else:
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention_mask = torch.cat([prompt_mask, completion_mask.to(device)], dim=1)
+        # position P - 1 + j predicts completion token j
+        logits = last_position_logits(model, input_ids, attention_mask, width + 1)[:, :-1]
+    mask = completion_mask.to(device).bool()
+    logps = gather_token_logprobs(logits, completion_ids, temperature).masked_fill(~mask, 0.0)
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = masked_entropy(logits.detach().float() / temperature, mask)
+    return logps, entropy

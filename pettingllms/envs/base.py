@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import dataclasses
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
+from comlrl.trainers.core.validation import strict_from_dict
 from pettingllms.agents.failures import NotCopyableError, StepTimeoutError
 
 
@@ -73,15 +73,8 @@ class EnvConfig:
         if not (isinstance(self.alpha, (int, float)) and math.isfinite(self.alpha)):
             raise ValueError(f"`alpha` must be a finite number, got {self.alpha!r}")
 
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any] | None = None, **overrides: Any):
-        """Build from a mapping (e.g. a YAML ``env`` section); an unknown key is an error naming it."""
-        merged = {**dict(values or {}), **overrides}
-        known = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(merged) - set(known))
-        if unknown:
-            raise ValueError(f"unknown {cls.__name__} field(s) {unknown}; known fields: {known}")
-        return cls(**merged)
+    # From a mapping (a YAML section); an unknown key is an error naming it.
+    from_dict = classmethod(strict_from_dict)
 
 
 @dataclass(kw_only=True)

@@ -28,7 +28,6 @@ are ordinary samples carrying the environment's failure reward, counted per labe
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import math
 import time
@@ -39,6 +38,7 @@ from typing import Any
 
 from comlrl.rollout.types import Completion, GenerationRequest, SamplingParams
 from comlrl.seeding import derive_seed
+from comlrl.trainers.core.validation import strict_from_dict
 from pettingllms.agents.failures import MODEL_FAILURES, FailureBudget, InfrastructureError
 from pettingllms.envs.base import StepResult
 from pettingllms.execution.independent import EvalResult, assign_returns, summarize_eval
@@ -142,15 +142,8 @@ class EngineConfig:
             stop=self.stop,
         )
 
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any] | None = None, **overrides: Any) -> EngineConfig:
-        """From a mapping; an unknown key is an error naming it."""
-        merged = {**dict(values or {}), **overrides}
-        known = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(merged) - set(known))
-        if unknown:
-            raise ValueError(f"unknown EngineConfig field(s) {unknown}; known fields: {known}")
-        return cls(**merged)
+    # From a mapping (a YAML section); an unknown key is an error naming it.
+    from_dict = classmethod(strict_from_dict)
 
 
 @dataclass

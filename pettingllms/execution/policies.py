@@ -18,7 +18,6 @@ passes as ``request.metadata["env_context"]`` to backends that set ``wants_env_c
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from typing import Any, NamedTuple
 
 from comlrl.rollout.types import FINISH_STOP, Completion, GenerationRequest, SamplingParams
 from comlrl.seeding import derive_seed
+from comlrl.trainers.core.validation import strict_from_dict
 from pettingllms.execution.router import Router
 
 __all__ = [
@@ -102,15 +102,8 @@ class PolicyConfig:
         if self.dtype is not None and self.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"`dtype` must be float32, bfloat16, float16 or None, got {self.dtype!r}")
 
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any] | None = None, **overrides: Any) -> PolicyConfig:
-        """From a mapping (a YAML section); an unknown key is an error naming it."""
-        merged = {**dict(values or {}), **overrides}
-        known = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(merged) - set(known))
-        if unknown:
-            raise ValueError(f"unknown PolicyConfig field(s) {unknown}; known fields: {known}")
-        return cls(**merged)
+    # From a mapping (a YAML section); an unknown key is an error naming it.
+    from_dict = classmethod(strict_from_dict)
 
     def lora_config(self):
         from peft import LoraConfig

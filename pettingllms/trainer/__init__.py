@@ -1,5 +1,8 @@
 """Training stages of pettingllms: the oracle-demonstration warm start (:mod:`pettingllms.trainer.sft`,
-:mod:`pettingllms.trainer.demonstrations`) and the AT-GRPO trainer (:mod:`pettingllms.trainer.at_grpo`).
+:mod:`pettingllms.trainer.demonstrations`) and the AT-GRPO trainer (:mod:`pettingllms.trainer.at_grpo`, its
+pure pieces in :mod:`~pettingllms.trainer.grouping`, :mod:`~pettingllms.trainer.problems`,
+:mod:`~pettingllms.trainer.micro_batches`, :mod:`~pettingllms.trainer.losses`,
+:mod:`~pettingllms.trainer.metrics` and :mod:`~pettingllms.trainer.at_grpo_setup`).
 
 Names load on first access, so ``import pettingllms.trainer`` stays light (no torch until used).
 """
@@ -10,12 +13,12 @@ from typing import Any
 _LAZY = {
     "ATGRPOConfig": "pettingllms.trainer.at_grpo_config",
     "ATGRPOTrainer": "pettingllms.trainer.at_grpo",
-    "at_grpo_group_key": "pettingllms.trainer.at_grpo",
-    "at_grpo_loss": "pettingllms.trainer.at_grpo",
-    "draw_problem_ids": "pettingllms.trainer.at_grpo",
-    "member_table": "pettingllms.trainer.at_grpo",
-    "rollout_metrics": "pettingllms.trainer.at_grpo",
-    "sample_advantages": "pettingllms.trainer.at_grpo",
+    "at_grpo_group_key": "pettingllms.trainer.grouping",
+    "at_grpo_loss": "pettingllms.trainer.losses",
+    "draw_problem_ids": "pettingllms.trainer.problems",
+    "member_table": "pettingllms.trainer.grouping",
+    "rollout_metrics": "pettingllms.trainer.metrics",
+    "sample_advantages": "pettingllms.trainer.grouping",
     "SFTWarmStartConfig": "pettingllms.trainer.sft",
     "sft_stage": "pettingllms.trainer.sft",
     "sft_warm_start": "pettingllms.trainer.sft",

@@ -12,12 +12,13 @@ import dataclasses
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from numbers import Integral, Real
+from dataclasses import dataclass
+from numbers import Integral
 from typing import Any
 
 from comlrl.reporting import normalize_report_to
 from comlrl.rl import LOSS_TYPES, SCALE_REWARDS
+from comlrl.trainers.core.validation import StrictFromDict, check_choice, check_float, check_int, help_field
 from pettingllms.execution import POLICY_LEVELS, SAMPLING_MODES, TRAJECTORY_RETURNS
 
 __all__ = ["LR_SCHEDULER_TYPES", "ATGRPOConfig"]
@@ -47,7 +48,7 @@ ENGINE_FIELDS = (
 
 
 @dataclass
-class ATGRPOConfig:
+class ATGRPOConfig(StrictFromDict):
     r"""Configuration of :class:`~pettingllms.trainer.at_grpo.ATGRPOTrainer`.
 
     AT-GRPO (agent- and turn-wise GRPO, Zhao et al. 2025, "Stronger Together: On-Policy Reinforcement
@@ -150,63 +151,63 @@ class ATGRPOConfig:
     """
 
     # Policies
-    policy_level: str = field(default="L1", metadata={"help": "L0 | L1 | L2 | L3"})
-    agent_policies: dict[str, str] | str | None = field(
-        default=None, metadata={"help": "role -> policy name (a mapping, or its JSON on a command line)"}
+    policy_level: str = help_field("L0 | L1 | L2 | L3", "L1")
+    agent_policies: dict[str, str] | str | None = help_field(
+        "role -> policy name (a mapping, or its JSON on a command line)", None
     )
-    disable_dropout: bool = field(default=True, metadata={"help": "score training forwards without dropout"})
-    share_prompts: bool = field(
-        default=True, metadata={"help": "encode each distinct prompt once per micro-batch in the update"}
+    disable_dropout: bool = help_field("score training forwards without dropout", True)
+    share_prompts: bool = help_field(
+        "encode each distinct prompt once per micro-batch in the update", True
     )
     # Workflow
-    turn_order: list[str] | None = field(default=None, metadata={"help": "roles per turn (None: env's)"})
-    max_turns: int | None = field(default=None, metadata={"help": "turn budget (None: env's)"})
-    alpha: float | None = field(default=None, metadata={"help": "global-reward weight (None: env's)"})
+    turn_order: list[str] | None = help_field("roles per turn (None: env's)", None)
+    max_turns: int | None = help_field("turn budget (None: env's)", None)
+    alpha: float | None = help_field("global-reward weight (None: env's)", None)
     # Data
-    problems_per_step: int = field(default=4, metadata={"help": "problem instances per training step"})
-    train_seed_range: list[int] = field(
-        default_factory=lambda: [0, 100_000], metadata={"help": "[start, stop) of training instance seeds"}
+    problems_per_step: int = help_field("problem instances per training step", 4)
+    train_seed_range: list[int] = help_field(
+        "[start, stop) of training instance seeds", default_factory=lambda: [0, 100_000]
     )
     # Generation
-    num_generations: int = field(default=4, metadata={"help": "K: tree width or trajectories per problem"})
-    sampling_mode: str = field(default="tree", metadata={"help": "tree (AT-GRPO) | independent (GRPO)"})
-    greedy_selection: bool = field(default=True, metadata={"help": "continue the best tree branch"})
-    trajectory_return: str = field(default="final", metadata={"help": "independent mode: final | sum"})
-    temperature: float = field(default=1.0, metadata={"help": "sampling and scoring temperature"})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling mass"})
-    top_k: int = field(default=0, metadata={"help": "top-k truncation (0: off)"})
-    max_completion_length: int = field(default=256, metadata={"help": "new tokens per response"})
-    transcript_rate: float = field(default=0.0, metadata={"help": "fraction of episodes transcribed"})
+    num_generations: int = help_field("K: tree width or trajectories per problem", 4)
+    sampling_mode: str = help_field("tree (AT-GRPO) | independent (GRPO)", "tree")
+    greedy_selection: bool = help_field("continue the best tree branch", True)
+    trajectory_return: str = help_field("independent mode: final | sum", "final")
+    temperature: float = help_field("sampling and scoring temperature", 1.0)
+    top_p: float = help_field("nucleus sampling mass", 1.0)
+    top_k: int = help_field("top-k truncation (0: off)", 0)
+    max_completion_length: int = help_field("new tokens per response", 256)
+    transcript_rate: float = help_field("fraction of episodes transcribed", 0.0)
     # Training
-    learning_rate: float = field(default=1e-6, metadata={"help": "AdamW learning rate"})
-    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
-    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW beta1"})
-    adam_beta2: float = field(default=0.999, metadata={"help": "AdamW beta2"})
-    adam_epsilon: float = field(default=1e-8, metadata={"help": "AdamW epsilon"})
-    lr_scheduler_type: str = field(default="linear", metadata={"help": "transformers.get_scheduler name"})
-    warmup_ratio: float = field(default=0.0, metadata={"help": "fraction of max_steps spent warming up"})
-    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping norm (0: off)"})
-    per_device_train_batch_size: int = field(default=8, metadata={"help": "rows per forward pass"})
-    gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
-    num_iterations: int = field(default=1, metadata={"help": "PPO epochs per rollout batch"})
-    max_steps: int = field(default=100, metadata={"help": "training steps (rollouts)"})
-    beta: float = field(default=0.0, metadata={"help": "KL coefficient to a frozen reference (0: none)"})
-    epsilon: float = field(default=0.2, metadata={"help": "PPO clip range"})
-    epsilon_high: float | None = field(default=None, metadata={"help": "upper clip range (None: epsilon)"})
-    dual_clip: float | None = field(default=None, metadata={"help": "dual-clip constant > 1 (None: off)"})
-    loss_type: str = field(default="dapo", metadata={"help": "grpo | bnpo | dr_grpo | dapo | ..."})
-    scale_rewards: str = field(default="group", metadata={"help": "group | batch | none (Dr. GRPO)"})
+    learning_rate: float = help_field("AdamW learning rate", 1e-6)
+    weight_decay: float = help_field("AdamW weight decay", 0.0)
+    adam_beta1: float = help_field("AdamW beta1", 0.9)
+    adam_beta2: float = help_field("AdamW beta2", 0.999)
+    adam_epsilon: float = help_field("AdamW epsilon", 1e-8)
+    lr_scheduler_type: str = help_field("transformers.get_scheduler name", "linear")
+    warmup_ratio: float = help_field("fraction of max_steps spent warming up", 0.0)
+    max_grad_norm: float = help_field("gradient clipping norm (0: off)", 1.0)
+    per_device_train_batch_size: int = help_field("rows per forward pass", 8)
+    gradient_accumulation_steps: int = help_field("micro-batches per optimizer step", 1)
+    num_iterations: int = help_field("PPO epochs per rollout batch", 1)
+    max_steps: int = help_field("training steps (rollouts)", 100)
+    beta: float = help_field("KL coefficient to a frozen reference (0: none)", 0.0)
+    epsilon: float = help_field("PPO clip range", 0.2)
+    epsilon_high: float | None = help_field("upper clip range (None: epsilon)", None)
+    dual_clip: float | None = help_field("dual-clip constant > 1 (None: off)", None)
+    loss_type: str = help_field("grpo | bnpo | dr_grpo | dapo | ...", "dapo")
+    scale_rewards: str = help_field("group | batch | none (Dr. GRPO)", "group")
     # Logging and checkpoints
-    output_dir: str = field(default="runs/at_grpo", metadata={"help": "everything the run writes"})
-    seed: int = field(default=0, metadata={"help": "drives every random stream"})
-    report_to: str | list[str] = field(default="none", metadata={"help": "none | tensorboard | wandb | all"})
-    logging_steps: int = field(default=1, metadata={"help": "log metrics every this many steps"})
-    save_steps: int = field(default=0, metadata={"help": "checkpoint every this many steps (0: never)"})
-    save_total_limit: int | None = field(default=None, metadata={"help": "checkpoints kept (None: all)"})
-    resume_from_checkpoint: str | None = field(
-        default=None, metadata={"help": "checkpoint folder, or True for the latest in output_dir"}
+    output_dir: str = help_field("everything the run writes", "runs/at_grpo")
+    seed: int = help_field("drives every random stream", 0)
+    report_to: str | list[str] = help_field("none | tensorboard | wandb | all", "none")
+    logging_steps: int = help_field("log metrics every this many steps", 1)
+    save_steps: int = help_field("checkpoint every this many steps (0: never)", 0)
+    save_total_limit: int | None = help_field("checkpoints kept (None: all)", None)
+    resume_from_checkpoint: str | None = help_field(
+        "checkpoint folder, or True for the latest in output_dir", None
     )
-    disable_tqdm: bool = field(default=False, metadata={"help": "no progress bar or per-step table"})
+    disable_tqdm: bool = help_field("no progress bar or per-step table", False)
 
     def __post_init__(self) -> None:
         if isinstance(self.scale_rewards, bool):  # TRL accepts booleans
@@ -226,12 +227,12 @@ class ATGRPOConfig:
 
     # ------------------------------------------------------------------------------------ validation
     def _validate(self) -> None:
-        _choice("policy_level", self.policy_level, POLICY_LEVELS)
-        _choice("sampling_mode", self.sampling_mode, SAMPLING_MODES)
-        _choice("trajectory_return", self.trajectory_return, TRAJECTORY_RETURNS)
-        _choice("loss_type", self.loss_type, LOSS_TYPES)
-        _choice("scale_rewards", self.scale_rewards, SCALE_REWARDS)
-        _choice("lr_scheduler_type", self.lr_scheduler_type, LR_SCHEDULER_TYPES)
+        check_choice("policy_level", self.policy_level, POLICY_LEVELS)
+        check_choice("sampling_mode", self.sampling_mode, SAMPLING_MODES)
+        check_choice("trajectory_return", self.trajectory_return, TRAJECTORY_RETURNS)
+        check_choice("loss_type", self.loss_type, LOSS_TYPES)
+        check_choice("scale_rewards", self.scale_rewards, SCALE_REWARDS)
+        check_choice("lr_scheduler_type", self.lr_scheduler_type, LR_SCHEDULER_TYPES)
         if self.agent_policies is not None:
             if not isinstance(self.agent_policies, Mapping) or not self.agent_policies:
                 raise ValueError(
@@ -252,13 +253,11 @@ class ATGRPOConfig:
             "max_steps",
             "logging_steps",
         ):
-            _int(name, getattr(self, name), minimum=1)
+            check_int(name, getattr(self, name), 1, spell_out=True)
         for name in ("top_k", "save_steps", "seed"):
-            _int(name, getattr(self, name), minimum=0)
-        if self.max_turns is not None:
-            _int("max_turns", self.max_turns, minimum=1)
-        if self.save_total_limit is not None:
-            _int("save_total_limit", self.save_total_limit, minimum=1)
+            check_int(name, getattr(self, name), 0, spell_out=True)
+        check_int("max_turns", self.max_turns, 1, optional=True, spell_out=True)
+        check_int("save_total_limit", self.save_total_limit, 1, optional=True, spell_out=True)
         seeds = self.train_seed_range
         if not (
             isinstance(seeds, list)
@@ -271,30 +270,24 @@ class ATGRPOConfig:
                 f"`train_seed_range` {seeds} must start at >= 0 and hold at least `problems_per_step` "
                 f"({self.problems_per_step}) seeds"
             )
-        _number("temperature", self.temperature, low=0.0, low_open=True)
-        _number("top_p", self.top_p, low=0.0, high=1.0, low_open=True)
-        _number("transcript_rate", self.transcript_rate, low=0.0, high=1.0)
-        _number("learning_rate", self.learning_rate, low=0.0, low_open=True)
-        _number("weight_decay", self.weight_decay, low=0.0)
-        _number("adam_beta1", self.adam_beta1, low=0.0, high=1.0, high_open=True)
-        _number("adam_beta2", self.adam_beta2, low=0.0, high=1.0, high_open=True)
-        _number("adam_epsilon", self.adam_epsilon, low=0.0, low_open=True)
-        _number("warmup_ratio", self.warmup_ratio, low=0.0, high=1.0)
-        _number("max_grad_norm", self.max_grad_norm, low=0.0)
-        _number("beta", self.beta, low=0.0)
-        _number("epsilon", self.epsilon, low=0.0, low_open=True)
-        if self.epsilon_high is not None:
-            _number("epsilon_high", self.epsilon_high, low=0.0, low_open=True)
-        if self.dual_clip is not None:
-            _number("dual_clip", self.dual_clip, low=1.0, low_open=True)
-        if self.alpha is not None:
-            _number("alpha", self.alpha, low=0.0)
+        check_float("temperature", self.temperature, gt=0.0, spell_out=True)
+        check_float("top_p", self.top_p, gt=0.0, le=1.0, spell_out=True)
+        check_float("transcript_rate", self.transcript_rate, ge=0.0, le=1.0, spell_out=True)
+        check_float("learning_rate", self.learning_rate, gt=0.0, spell_out=True)
+        check_float("weight_decay", self.weight_decay, ge=0.0, spell_out=True)
+        check_float("adam_beta1", self.adam_beta1, ge=0.0, lt=1.0, spell_out=True)
+        check_float("adam_beta2", self.adam_beta2, ge=0.0, lt=1.0, spell_out=True)
+        check_float("adam_epsilon", self.adam_epsilon, gt=0.0, spell_out=True)
+        check_float("warmup_ratio", self.warmup_ratio, ge=0.0, le=1.0, spell_out=True)
+        check_float("max_grad_norm", self.max_grad_norm, ge=0.0, spell_out=True)
+        check_float("beta", self.beta, ge=0.0, spell_out=True)
+        check_float("epsilon", self.epsilon, gt=0.0, spell_out=True)
+        check_float("epsilon_high", self.epsilon_high, gt=0.0, optional=True, spell_out=True)
+        check_float("dual_clip", self.dual_clip, gt=1.0, optional=True, spell_out=True)
+        check_float("alpha", self.alpha, ge=0.0, optional=True, spell_out=True)
         if not isinstance(self.output_dir, str) or not self.output_dir:
             raise ValueError(f"`output_dir` must be a non-empty path, got {self.output_dir!r}")
-        try:
-            normalize_report_to(self.report_to)
-        except ValueError as error:
-            raise ValueError(f"`report_to`: {error}") from None
+        normalize_report_to(self.report_to)  # validates; the metrics logger resolves it (e.g. "all")
         if not (self.resume_from_checkpoint is None or isinstance(self.resume_from_checkpoint, (str, bool))):
             raise ValueError(
                 "`resume_from_checkpoint` must be a checkpoint path, True (latest) or None, "
@@ -316,45 +309,3 @@ class ATGRPOConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any] | None = None, **overrides: Any) -> ATGRPOConfig:
-        """From a mapping (a YAML section); an unknown key is an error naming it."""
-        merged = {**dict(values or {}), **overrides}
-        known = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(merged) - set(known))
-        if unknown:
-            raise ValueError(f"unknown ATGRPOConfig field(s) {unknown}; known fields: {known}")
-        return cls(**merged)
-
-
-def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"`{name}` must be one of {list(choices)}, got {value!r}")
-
-
-def _int(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
-        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}")
-
-
-def _number(
-    name: str,
-    value: Any,
-    low: float | None = None,
-    high: float | None = None,
-    low_open: bool = False,
-    high_open: bool = False,
-) -> None:
-    ok = isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
-    if ok and low is not None:
-        ok = value > low if low_open else value >= low
-    if ok and high is not None:
-        ok = value < high if high_open else value <= high
-    if not ok:
-        lo = "" if low is None else f"{'(' if low_open else '['}{low}"
-        hi = "" if high is None else f"{high}{')' if high_open else ']'}"
-        where = f"in {lo}, {hi}" if low is not None and high is not None else (
-            f"{'>' if low_open else '>='} {low}" if low is not None else f"{'<' if high_open else '<='} {high}"
-        )
-        raise ValueError(f"`{name}` must be a finite number {where}, got {value!r}")

@@ -14,10 +14,12 @@ from hypothesis import strategies as st
 from peft import LoraConfig
 
 from comlrl.checkpoint import (
+    CheckpointNotFoundError,
     TrainerState,
     capture_rng,
     checkpoint_path,
     extra_dir,
+    find_checkpoint,
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
@@ -244,6 +246,32 @@ def test_latest_checkpoint_ignores_temporary_and_incomplete_folders(tmp_path):
     (tmp_path / ".checkpoint-13.old").mkdir()
     assert latest_checkpoint(tmp_path) == tmp_path / "checkpoint-10"  # numeric, not lexicographic order
     assert [s for s, _ in list_checkpoints(tmp_path)] == [3, 10]
+
+
+def test_find_checkpoint_resolves_every_form_a_resume_names(tmp_path):
+    runs = tmp_path / "runs"
+    for step in (2, 10):
+        save_checkpoint(runs, TrainerState(step=step))
+    (runs / "checkpoint-11").mkdir()  # incomplete: never chosen
+    # A checkpoint-N folder is itself, even when a later one exists.
+    assert find_checkpoint(runs / "checkpoint-2") == runs / "checkpoint-2"
+    assert find_checkpoint(str(runs / "checkpoint-10")) == runs / "checkpoint-10"
+    # A folder holding them gives its latest complete one; True looks in output_dir.
+    assert find_checkpoint(runs) == runs / "checkpoint-10"
+    assert find_checkpoint(True, output_dir=runs) == runs / "checkpoint-10"
+    # Missing: an error that is a FileNotFoundError and a ValueError and names the field.
+    for missing in (tmp_path / "nowhere", tmp_path / "empty", runs / "checkpoint-11"):
+        (tmp_path / "empty").mkdir(exist_ok=True)
+        with pytest.raises(CheckpointNotFoundError, match="`resume_from_checkpoint` .*no checkpoint at"):
+            find_checkpoint(missing)
+    with pytest.raises(FileNotFoundError, match="`resume` is True but .* holds no complete checkpoint"):
+        find_checkpoint(True, output_dir=tmp_path / "empty", field="resume")
+    with pytest.raises(ValueError, match="`run.resume` .*no checkpoint at"):
+        find_checkpoint(tmp_path / "nowhere", field="run.resume")
+    with pytest.raises(ValueError, match="no output_dir was given"):
+        find_checkpoint(True)
+    with pytest.raises(TypeError, match="`resume_from_checkpoint` must be a path or True, got 3"):
+        find_checkpoint(3)
 
 
 def test_load_names_what_is_missing(tmp_path):

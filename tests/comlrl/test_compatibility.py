@@ -314,11 +314,11 @@ def test_use_environment_step_false_logs_against_the_update_count(tiny_model_pat
 
 
 def test_parallel_training_places_agents(tiny_model_path, tmp_path):
-    from comlrl.trainers.base import _resolve_devices
+    from comlrl.trainers.core.team import resolve_devices
 
-    assert _resolve_devices(["cuda:0", "cuda:1"], 2, "none") == ["cuda:0", "cuda:0"]
-    assert _resolve_devices(["cuda:0", "cuda:1"], 2, "mp") == ["cuda:0", "cuda:1"]
-    assert _resolve_devices("cpu", 3, "mp") == ["cpu"] * 3
+    assert resolve_devices(["cuda:0", "cuda:1"], 2, "none") == ["cuda:0", "cuda:0"]
+    assert resolve_devices(["cuda:0", "cuda:1"], 2, "mp") == ["cuda:0", "cuda:1"]
+    assert resolve_devices("cpu", 3, "mp") == ["cpu"] * 3
     trainer = MADPOTrainer(
         agent_model=tiny_model_path,
         reward_func=varied_reward,

@@ -10,7 +10,7 @@ import torch
 from comlrl.rollout import Completion
 from comlrl.trainers.preference import MADPOIterConfig, MADPOIterTrainer, read_round
 from comlrl.trainers.preference.comparators.base import ComparatorItemOutput
-from comlrl.trainers.preference.iterative import reward_histogram
+from comlrl.trainers.preference.distribution import reward_histogram
 from tests.helpers.trainer_helpers import agent_snapshots as snapshot
 from tests.helpers.trainer_helpers import madpo_values, plan_items
 from tests.helpers.trainer_helpers import varied_reward as length_reward
@@ -133,7 +133,7 @@ def test_current_side_is_filtered_to_the_comparators_indices(tiny_model_path, tm
     )
     # Round 1 samples the current agents with these seeds before any update: the same candidates.
     samples = trainer.sample_items(items(3), [0, 1, 2], n=4, stream="candidates", step=1)
-    pairs, stats = trainer.collect_comparison_pairs(1)
+    pairs, stats = trainer.rounds.collect_comparison_pairs(1)
     assert stats.comparisons + stats.ties == 3 * 2  # indices 1 and 3 of each item
     allowed = {tuple(s.candidates[0][k].token_ids) for s in samples for k in (1, 3)}
     for pair in pairs:

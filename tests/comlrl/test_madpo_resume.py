@@ -75,7 +75,7 @@ def test_iterative_run_interrupted_after_round_2_of_4_resumes_exactly(options, t
 
     # The crash lands inside round 3 (while its pairs are scored), after checkpoint-2 was committed.
     holder = {}
-    crashed = holder["t"] = trainer(out_b, make_reward(lambda: holder["t"]._cursor.get("rounds_done") == 2))
+    crashed = holder["t"] = trainer(out_b, make_reward(lambda: holder["t"].data_cursor.get("rounds_done") == 2))
     with pytest.raises(OracleError, match="simulated crash"):
         crashed.train(checkpoint_dir=out_b / "ck")
     assert (out_b / "ck" / "checkpoint-2").is_dir() and not (out_b / "ck" / "checkpoint-3").exists()
@@ -123,7 +123,7 @@ def test_base_run_interrupted_after_epoch_1_resumes_exactly(tiny_model_path, tmp
     ]
 
     crashed = trainer(out_b)
-    steps_per_epoch = -(-len(done._pairs) // 2)
+    steps_per_epoch = -(-len(done.rounds.pairs) // 2)
     original = crashed.training_step
 
     def crash_in_epoch_2(batch, where=""):

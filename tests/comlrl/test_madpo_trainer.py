@@ -50,9 +50,9 @@ def test_train_updates_every_agent_and_logs_the_metrics(tiny_model_path, tmp_pat
     after = snapshot(trainer)
     for agent_before, agent_after in zip(before, after):
         assert all(not torch.equal(b, a) for b, a in zip(agent_before, agent_after))
-    assert trainer.pairs_built == len(trainer._pairs) > 0
-    assert trainer.updates_seen == -(-len(trainer._pairs) // 2)
-    assert trainer.env_step == 2 * len(trainer._pairs)
+    assert trainer.pairs_built == len(trainer.rounds.pairs) > 0
+    assert trainer.updates_seen == -(-len(trainer.rounds.pairs) // 2)
+    assert trainer.env_step == 2 * len(trainer.rounds.pairs)
     logged = set().union(*(r.keys() for r in records(trainer)))
     assert set(NAMES) <= logged
     assert all(trainer.policy.version(n) == trainer.updates_seen for n in trainer.policy.policies)
@@ -98,7 +98,7 @@ def test_nonfinite_losses_are_skipped_counted_and_logged(tiny_model_path, tmp_pa
     )
     trainer.train()
     assert trainer.nonfinite_losses_skipped == 2
-    assert trainer.updates_seen == len(trainer._pairs) - 2
+    assert trainer.updates_seen == len(trainer.rounds.pairs) - 2
     assert max(r.get("nonfinite_losses_skipped", 0) for r in records(trainer)) == 2
     assert all(math_finite(r["loss"]) for r in records(trainer) if "loss" in r)
 
@@ -148,7 +148,7 @@ def test_one_generate_call_per_batch_with_derived_seeds_and_overrides(tiny_model
     assert [(r.policy, r.seed) for r in requests] == [
         (f"agent_{a}", derive_seed(7, "candidates", 0, i, a)) for i in range(3) for a in range(2)
     ]
-    lengths = [len(ids) for p in trainer._pairs for ids in p.winner_token_ids + p.loser_token_ids]
+    lengths = [len(ids) for p in trainer.rounds.pairs for ids in p.winner_token_ids + p.loser_token_ids]
     assert max(lengths) <= 3
     assert trainer.sampling_params(1).max_new_tokens == 6  # overrides last for one call only
 
@@ -285,7 +285,7 @@ def test_hf_dataset_chat_formatters_and_batch_items_reward(tiny_model_path, tmp_
     )
     trainer.train()
     assert seen_items[:4] == [0, 0, 0, 0] and set(seen_items) == {0, 1, 2}
-    pair = trainer._pairs[0]
+    pair = trainer.rounds.pairs[0]
     assert pair.prompts[0].startswith("<|im_start|>user\nPlan") and pair.prompts[1].startswith("Check")
     assert pair.prompt_token_ids[0] == trainer.tokenizers[0].apply_chat_template(
         [{"role": "user", "content": pair.prompts[0].split("\n")[1].split("<")[0]}],
@@ -389,7 +389,7 @@ def test_centralized_collaboration_trains_one_actor_on_role_rewards(tiny_model_p
     trainer.train()
     assert any(not torch.equal(b, a) for b, a in zip(before[0], snapshot(trainer)[0]))
     assert seen[0] == ["plan " + items(1)[0]["prompt"]]  # role 0's prompt, as in the public library
-    assert trainer._pairs[0].prompts == [
+    assert trainer.rounds.pairs[0].prompts == [
         "plan Task 0: write a short plan. | check Task 0: write a short plan."
     ]
     logged = {}
@@ -462,7 +462,7 @@ def test_wandb_config_and_special_tokens(tiny_model_path, tmp_path):
 
 
 def test_wandb_run_config_merges_config_sections():
-    from comlrl.trainers.base import wandb_run_config
+    from comlrl.trainers.core.wandb_config import wandb_run_config
 
     args = {"learning_rate": 1e-5, "num_agents": 2}
     sections = {"dataset": {"name": "toy", "split": "train"}, "output": {"verbose": False}}

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from comlrl.rollout import Completion
-from comlrl.trainers.base import ItemSample
+from comlrl.trainers.core.sampling import ItemSample
 from comlrl.trainers.preference import MARLHFConfig
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 from tests.helpers.trainer_helpers import CountingReward, plan_items, weights

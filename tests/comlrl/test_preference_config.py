@@ -288,6 +288,19 @@ def test_pair_selection_and_small_normalisations():
     assert MADPOConfig(report_to=None).report_to == []
 
 
+def test_report_to_all_means_every_installed_integration(monkeypatch):
+    from comlrl import reporting
+
+    assert MADPOConfig(report_to="all").report_to == reporting.installed_reporters()
+    monkeypatch.setattr(reporting, "installed_reporters", lambda: ["tensorboard"])
+    assert MADPOConfig(report_to=" ALL ").report_to == ["tensorboard"]
+    assert MARLHFIterConfig(report_to="all,wandb").report_to == ["tensorboard", "wandb"]
+    monkeypatch.setattr(reporting, "installed_reporters", lambda: [])
+    assert MADPOConfig(report_to=["all"]).report_to == []
+    cfg = MADPOConfig(report_to="all")
+    assert MADPOConfig.from_dict(cfg.to_dict()) == cfg
+
+
 def test_rl_algorithm_sets_the_baseline():
     expected = {"magrpo": "mean", "mareinforce": "raw", "marloo": "rloo", "maremax": "max"}
     for algorithm, mode in expected.items():
@@ -390,7 +403,7 @@ REJECTIONS = [
         {"report_to": "mlflow"},
         "`report_to` must be 'none' or any of: tensorboard, wandb, got 'mlflow'",
     ),
-    (MADPOConfig, {"report_to": "all"}, "`report_to` must be 'none' or any of"),
+    (MADPOConfig, {"report_to": ["all", "mlflow"]}, "`report_to` must be 'none' or any of"),
     (MADPOConfig, {"report_to": 3}, "`report_to` must be a string or a list of strings, got 3"),
     (MADPOConfig, {"save_total_limit": 0}, "`save_total_limit` must be >= 1 or None, got 0"),
     # §1.5 MARLHFConfig

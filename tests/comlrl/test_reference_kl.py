@@ -1,13 +1,17 @@
-"""Reference KL: the frozen copy of the initial agents, its snapshot, device resolution, and the KL reward
-shaping through the trainer checked against an independent per-sequence computation."""
+"""Reference KL: the frozen copy of the initial agents, its snapshot, device resolution, the KL reward
+shaping through the trainer checked against an independent per-sequence computation, and the reference
+with adapters disabled (AT-GRPO's): one copy per distinct plain model, a LoRA policy's live base."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from comlrl.policy import MultiAgentPolicy
 from comlrl.rollout import Completion
-from comlrl.trainers.base import ItemSample
+from comlrl.scoring import completion_logprobs
+from comlrl.trainers.core import reference as core_reference
+from comlrl.trainers.core.sampling import ItemSample
 from comlrl.trainers.reference_kl import ReferencePolicy, reference_devices, shaped_rewards
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 from tests.helpers.trainer_helpers import plan_items
@@ -62,8 +66,6 @@ def test_reference_is_a_frozen_copy_of_the_initial_agents(tiny_model_path, tmp_p
     # Identical weights give exactly zero k3 KL.
     copy = ReferencePolicy(trainer.policy)
     prompts, completions = [[1, 2, 3], [4, 5]], [[6, 7], [8, 9, 10]]
-    from comlrl.scoring import completion_logprobs
-
     logprobs, mask = completion_logprobs(live, prompts, completions, pad_token_id=0)
     assert copy.sequence_kl(0, logprobs, mask, prompts, completions, pad_token_id=0).tolist() == [0.0, 0.0]
 
@@ -129,3 +131,73 @@ def test_training_logs_the_reference_kl_metrics(tiny_model_path, tmp_path):
         assert r["turn_1/reference_kl_penalty_mean"] == pytest.approx(0.25 * r["turn_1/reference_kl_mean"])
     assert rows[-1]["turn_1/reference_kl_mean"] > 0  # the policy moved away from the frozen reference
     assert (tmp_path / "out" / "reference_policy" / "policy_layout.json").is_file()
+
+
+PROMPTS, COMPLETIONS = [[1, 2, 3], [4, 5]], [[6, 7], [8, 9, 10]]
+
+
+def scores(model):
+    with torch.no_grad():
+        return completion_logprobs(model, PROMPTS, COMPLETIONS, pad_token_id=0)[0]
+
+
+def test_the_old_module_re_exports_the_core_reference():
+    from comlrl.trainers import reference_kl
+
+    for name in reference_kl.__all__:
+        assert getattr(reference_kl, name) is getattr(core_reference, name)
+
+
+@pytest.mark.parametrize("adapters", ["copy", "disabled"])
+def test_policies_sharing_a_model_share_one_frozen_copy(adapters, tiny_model_path):
+    from comlrl.models import load_model
+
+    shared = MultiAgentPolicy.shared(load_model(tiny_model_path), ["tool", "plan"])
+    reference = ReferencePolicy(shared, adapters=adapters)
+    live = shared.handle("shared").model
+    with reference.model("tool") as tool, reference.model("plan") as plan:
+        assert tool is plan and tool is not live
+        assert not tool.training and not any(p.requires_grad for p in tool.parameters())
+        assert torch.equal(scores(tool), scores(live))
+    per_agent = MultiAgentPolicy.per_agent([load_model(tiny_model_path), load_model(tiny_model_path)])
+    reference = ReferencePolicy(per_agent, adapters=adapters)
+    with reference.model(0) as first, reference.model(1) as second:
+        assert first is not second
+        assert {id(first), id(second)}.isdisjoint(id(m) for m in per_agent.models())
+
+
+def test_a_lora_reference_with_adapters_disabled_is_the_live_base(tiny_model_path, tmp_path):
+    from peft import LoraConfig
+
+    from comlrl.models import load_model
+
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    team = MultiAgentPolicy.lora(load_model(tiny_model_path), ["tool", "plan"], config)
+    with torch.no_grad():  # adapters away from their zero start, so that they change the scores
+        generator = torch.Generator().manual_seed(0)
+        for name in team.policies:
+            for parameter in team.trainable_parameters(name):
+                parameter.add_(0.05 * torch.randn(parameter.shape, generator=generator))
+    live = team.handle("tool").model
+    live.train()
+    base = scores(load_model(tiny_model_path))
+    with team.activate("tool"):
+        adapted = scores(live)
+    assert not torch.equal(adapted, base)
+
+    disabled = ReferencePolicy(team, adapters="disabled")
+    with disabled.model("tool") as model:
+        assert model is live and not model.training  # no copy; eval mode inside the block
+        assert torch.equal(scores(model), base)
+    assert live.training and any(p.requires_grad for p in team.trainable_parameters("tool"))
+    logprobs, _ = disabled.token_logprobs("plan", PROMPTS, COMPLETIONS, pad_token_id=0)
+    assert torch.equal(logprobs, base)
+    with pytest.raises(ValueError, match="adapters='disabled'"):
+        disabled.save(tmp_path / "snapshot")
+
+    copied = ReferencePolicy(team)  # comlrl's default: a frozen copy with the adapter as it is now
+    with copied.model("tool") as model:
+        assert model is not live
+        assert torch.equal(scores(model), adapted)
+    with pytest.raises(ValueError, match="`adapters` must be one of"):
+        ReferencePolicy(team, adapters="base")

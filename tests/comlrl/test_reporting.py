@@ -1,18 +1,37 @@
+import importlib.util
 import json
 
 import pytest
 import torch
 
+from comlrl import reporting
 from comlrl.reporting import MetricsLogger, normalize_report_to
 
 
-def test_report_to_normalisation_and_errors():
+def test_report_to_normalisation_and_errors(monkeypatch):
     assert normalize_report_to(None) == []
     assert normalize_report_to("none") == []
     assert normalize_report_to(["None", "TensorBoard"]) == ["tensorboard"]
+    assert normalize_report_to("wandb, tensorboard,wandb") == ["wandb", "tensorboard"]
+    monkeypatch.setattr(reporting, "installed_reporters", lambda: ["tensorboard", "wandb"])
     assert normalize_report_to("all") == ["tensorboard", "wandb"]
-    with pytest.raises(ValueError, match="`report_to` got unknown reporter"):
+    with pytest.raises(ValueError, match="`report_to` must be 'none' or any of: tensorboard, wandb, got 'mlflow'"):
         normalize_report_to("mlflow")
+    with pytest.raises(ValueError, match="`report_to` must be a string or a list of strings, got 3"):
+        normalize_report_to(3)
+
+
+def test_report_to_all_means_the_installed_integrations(monkeypatch, tmp_path):
+    """TRL's meaning: "all" turns on every installed integration (tensorboard needs the tensorboard package,
+    which torch.utils.tensorboard imports), so it never asks for a package that is missing."""
+    installed = {"tensorboard"}
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, package=None: object() if name in installed else None)
+    assert reporting.installed_reporters() == ["tensorboard"]
+    assert normalize_report_to("all") == ["tensorboard"]
+    assert normalize_report_to(["all", "wandb"]) == ["tensorboard", "wandb"]
+    installed.clear()
+    assert normalize_report_to("ALL") == []
+    assert MetricsLogger(tmp_path, "all").reporters == []
 
 
 def test_metrics_jsonl_skips_non_finite_and_truncates_on_resume(tmp_path):

@@ -13,8 +13,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from comlrl.trainers.core.oracle import Oracle
 from comlrl.trainers.preference.config import MARLHFConfig
-from comlrl.trainers.preference.oracle import Oracle
 from comlrl.trainers.preference.records import PreferencePair
 from comlrl.trainers.preference.reward_model import (
     JointRewardModel,

@@ -122,3 +122,26 @@ def test_score_chunks_cover_every_row_once_within_budget(lengths, budget):
     for chunk in chunks:
         if budget is not None and len(chunk) > 1:
             assert len(chunk) * max(lengths[i] for i in chunk) <= budget
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_per_token_logps_is_completion_logprobs_on_the_same_padded_batch(model, temperature):
+    """Both score through one padded forward (``last_position_logits``): on TRL's split layout with the same
+    padding the numbers are equal, not just close."""
+    from comlrl.scoring import per_token_logps
+
+    prompts, completions = make_batch(seed=9, with_empty=False)
+    expected, mask = completion_logprobs(model, prompts, completions, pad_token_id=PAD, temperature=temperature)
+    p, c = max(map(len, prompts)), max(map(len, completions))
+    rows = {name: torch.full((len(prompts), p if "prompt" in name else c), PAD if "ids" in name else 0)
+            for name in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")}
+    for i, (prompt, completion) in enumerate(zip(prompts, completions)):
+        rows["prompt_ids"][i, p - len(prompt):] = torch.tensor(prompt)
+        rows["prompt_mask"][i, p - len(prompt):] = 1
+        rows["completion_ids"][i, : len(completion)] = torch.tensor(completion)
+        rows["completion_mask"][i, : len(completion)] = 1
+    with torch.no_grad():
+        logps, entropy = per_token_logps(model, rows, temperature, with_entropy=True)
+    assert torch.equal(logps, expected)
+    assert torch.equal(rows["completion_mask"].bool(), mask)
+    assert entropy.ndim == 0 and float(entropy) > 0

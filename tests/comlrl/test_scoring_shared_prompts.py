@@ -10,8 +10,12 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from comlrl.scoring import distinct_rows, gather_token_logprobs, shared_prompt_completion_logits
-from pettingllms.trainer.at_grpo import per_token_logps
+from comlrl.scoring import (
+    distinct_rows,
+    gather_token_logprobs,
+    per_token_logps,
+    shared_prompt_completion_logits,
+)
 
 PAD = 3
 

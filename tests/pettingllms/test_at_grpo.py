@@ -1,5 +1,5 @@
 """AT-GRPO's pure functions against hand computations: grouping, advantages, the loss, data order, metrics,
-and the config's validation."""
+and the config's validation; and that :mod:`pettingllms.trainer.at_grpo` still exports each of them."""
 
 from __future__ import annotations
 
@@ -11,18 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pettingllms.execution import GroupKey, Sample
-from pettingllms.trainer.at_grpo import (
-    accumulation_scale,
-    at_grpo_group_key,
-    at_grpo_loss,
-    draw_problem_ids,
-    member_table,
-    micro_batch_groups,
-    problem_order,
-    rollout_metrics,
-    sample_advantages,
-)
+from pettingllms.trainer import at_grpo
 from pettingllms.trainer.at_grpo_config import ATGRPOConfig
+from pettingllms.trainer.grouping import at_grpo_group_key, member_table, sample_advantages
+from pettingllms.trainer.losses import accumulation_scale, at_grpo_loss
+from pettingllms.trainer.metrics import rollout_metrics
+from pettingllms.trainer.micro_batches import micro_batch_groups
+from pettingllms.trainer.problems import draw_problem_ids, problem_order
 
 EPS = 1e-4  # compute_advantages' default, added to the std
 
@@ -441,3 +436,22 @@ def test_micro_batch_groups_keep_rows_with_one_key_together():
     assert len(orders) > 1  # the key order follows the seed
     with pytest.raises(ValueError, match="`row_keys` must hold one key per row \\(9\\), got 2"):
         micro_batch_groups(9, 4, 1, seed=0, row_keys=["a", "b"])
+
+
+def test_at_grpo_re_exports_the_pieces_from_their_modules():
+    import comlrl.scoring
+    from pettingllms.trainer import grouping, losses, metrics, micro_batches, problems
+
+    homes = {
+        grouping: ["MemberTable", "at_grpo_group_key", "member_table", "sample_advantages"],
+        losses: ["accumulation_scale", "at_grpo_loss"],
+        metrics: ["rollout_metrics"],
+        micro_batches: ["micro_batch_groups"],
+        problems: ["MAX_SEED_RANGE", "draw_problem_ids", "problem_order"],
+        comlrl.scoring: ["per_token_logps"],
+    }
+    exported = sorted(name for names in homes.values() for name in names)
+    assert sorted(set(at_grpo.__all__) - {"ATGRPOTrainer"}) == exported
+    for module, names in homes.items():
+        for name in names:
+            assert getattr(at_grpo, name) is getattr(module, name), name

@@ -279,3 +279,19 @@ def test_shared_prompt_update_equals_the_plain_update(level, tmp_path, tiny_mode
         differ = sum(int(((a - b).abs() > 1e-6).sum()) for a, b in zip(shared[name], plain[name]))
         total = sum(a.numel() for a in plain[name])
         assert differ <= total // 1000, f"{differ} of {total} weights differ"
+
+
+def test_resume_accepts_a_folder_holding_checkpoints_and_rejects_one_without(tmp_path, tiny_model_path):
+    from comlrl.checkpoint import CheckpointNotFoundError
+
+    done = make_trainer(tmp_path, tiny_model_path, "L1", name="done", save_steps=1)
+    done.train()
+    again = make_trainer(tmp_path, tiny_model_path, "L1", name="again")
+    history = again.train(resume_from_checkpoint=str(tmp_path / "done"))  # its latest checkpoint-N
+    assert again.global_step == 1 and again.data_cursor == done.data_cursor
+    assert [without_timings(r) for r in history] == [without_timings(r) for r in done.log_history]
+    for a, b in zip(snapshot(done)["shared"], snapshot(again)["shared"]):
+        assert torch.equal(a, b)
+    (tmp_path / "nothing").mkdir()
+    with pytest.raises(CheckpointNotFoundError, match="`resume_from_checkpoint` .*no checkpoint at"):
+        make_trainer(tmp_path, tiny_model_path, "L1", name="other").train(resume_from_checkpoint=str(tmp_path / "nothing"))

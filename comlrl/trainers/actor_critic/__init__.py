@@ -9,7 +9,7 @@ from comlrl.trainers.actor_critic.config import ActorCriticConfig, IACConfig, MA
 _LAZY = {
     "IACTrainer": "comlrl.trainers.actor_critic.iac",
     "MAACTrainer": "comlrl.trainers.actor_critic.maac",
-    "ValueModel": "comlrl.trainers.actor_critic.critics",
+    "ValueModel": "comlrl.trainers.core.critics",
 }
 
 __all__ = ["ActorCriticConfig", "IACConfig", "IACTrainer", "MAACConfig", "MAACTrainer", "ValueModel"]

@@ -1,6 +1,6 @@
 """IAC: Independent Actor-Critic on the task reward, single turn (and the constructor shared with MAAC).
 
-The update is :class:`~comlrl.trainers.policy_learning.PolicyLearner`'s: per item every agent samples
+The update is :class:`~comlrl.trainers.core.policy_learning.PolicyLearner`'s: per item every agent samples
 ``num_generations`` responses; agent i's critic (a separate model with a value head, or a value head on
 agent i's own model with ``use_separate_critic=False``) reads agent i's prompt (and response, for
 ``critic_type="q"``); the advantage ``R − V(h_i)`` (or ``Q − mean Q``) weights agent i's log-probs, and the
@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from comlrl.trainers.actor_critic.config import IACConfig
-from comlrl.trainers.policy_learning import OnlineRLTrainer
+from comlrl.trainers.core.online_rl import OnlineRLTrainer
 
 __all__ = ["ActorCriticTrainer", "IACTrainer"]
 

@@ -8,8 +8,8 @@ data helpers stays light.
 import importlib
 from typing import Any
 
+from comlrl.trainers.core.oracle import Oracle, OracleError, OracleScores, batched_reward
 from comlrl.trainers.preference.config import MADPOConfig, MADPOIterConfig, MARLHFConfig, MARLHFIterConfig
-from comlrl.trainers.preference.oracle import Oracle, OracleError, OracleScores, batched_reward
 from comlrl.trainers.preference.pairs import (
     ITERATIVE_PAIR_SELECTIONS,
     PAIR_SELECTIONS,
@@ -34,14 +34,14 @@ from comlrl.trainers.preference.replay import (
 
 _LAZY = {
     "MADPOTrainer": "comlrl.trainers.preference.madpo",
-    "MADPOIterTrainer": "comlrl.trainers.preference.iterative",
+    "MADPOIterTrainer": "comlrl.trainers.preference.madpo",
     "MARLHFTrainer": "comlrl.trainers.preference.marlhf",
     "MARLHFIterTrainer": "comlrl.trainers.preference.marlhf",
     "JointRewardModel": "comlrl.trainers.preference.reward_model",
     "PreferenceTrainerBase": "comlrl.trainers.preference.base",
-    "CentralizedComparatorAdapter": "comlrl.trainers.preference.comparators.centralized",
-    "CentralizedComparatorParseError": "comlrl.trainers.preference.comparators.centralized",
-    "TaggedCentralizedComparatorAdapter": "comlrl.trainers.preference.comparators.centralized",
+    "CentralizedComparatorAdapter": "comlrl.trainers.core.centralized",
+    "CentralizedComparatorParseError": "comlrl.trainers.core.centralized",
+    "TaggedCentralizedComparatorAdapter": "comlrl.trainers.core.centralized",
 }
 
 __all__ = [

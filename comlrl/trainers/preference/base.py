@@ -1,9 +1,12 @@
-"""What the four preference trainers share on top of :class:`~comlrl.trainers.base.MultiAgentTrainerBase`:
-pair collection of the base trainers, the learning hook, pair counters and the pairs' checkpoint payload.
+"""What the four preference trainers share on top of :class:`~comlrl.trainers.core.trainer.MultiAgentTrainerBase`:
+pair collection, the learning hook, pair counters, and the schedule that gathers pairs and learns from them.
 
-Subclasses implement :meth:`PreferenceTrainerBase.learn_from_pairs` (MADPO's loss, MARLHF's reward model
-and RL stage) and, for the iterative trainers, the round loop of :mod:`.iterative`. The constructor,
-sampling, evaluation, ``save_model`` and exact checkpoint / resume come from the shared base.
+The schedule is an object the trainer owns as ``self.rounds`` (its class is the trainer's ``rounds_class``):
+:class:`SingleCollection` for the base trainers (one collection, then the epochs) and
+:class:`~comlrl.trainers.preference.rounds.PreferenceRounds` for the iterative ones. It runs the loop, names
+the commit points and carries its own checkpoint payloads. Subclasses implement
+:meth:`PreferenceTrainerBase.learn_from_pairs` (MADPO's loss, MARLHF's reward model and RL stage). The
+constructor, sampling, evaluation, ``save_model`` and exact checkpoint / resume come from the core.
 
 Sampling seeds: candidate j of (item, agent) in round r is drawn with
 ``derive_seed(derive_seed(seed, "candidates", r, item_index, agent), j)`` (round 0 for the base
@@ -24,13 +27,9 @@ from typing import Any
 
 from comlrl.checkpoint import extra_dir
 from comlrl.seeding import derive_seed
-from comlrl.trainers.base import (  # noqa: F401  (re-exported: the preference modules import them here)
-    CentralizedCollaboration,
-    CheckpointPlan,
-    ItemSample,
-    MultiAgentTrainerBase,
-    write_json,
-)
+from comlrl.trainers.core.train_options import CheckpointPlan
+from comlrl.trainers.core.trainer import MultiAgentTrainerBase
+from comlrl.trainers.core.trainer_core import TrainerPart
 from comlrl.trainers.preference.config import (
     MADPOConfig,
     MADPOIterConfig,
@@ -42,22 +41,107 @@ from comlrl.trainers.preference.records import PreferencePair, read_round, write
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PreferenceTrainerBase"]
+__all__ = ["PreferenceTrainerBase", "SingleCollection"]
 
 _KNOWN_CONFIGS = (MADPOConfig, MADPOIterConfig, MARLHFConfig, MARLHFIterConfig)
 PAIRS_PAYLOAD = "pairs"
 PAIRS_FILE = "iteration_0001.json"
 
 
+class SingleCollection(TrainerPart):
+    """The base trainers' schedule: pairs among every training item's own candidates, collected once (round
+    0, :meth:`PreferenceTrainerBase.collect_pairs`), then ``learn_from_pairs`` for ``num_train_epochs``
+    epochs. Commit points: ``checkpoint-0`` right after the collection (the pairs travel in the ``pairs``
+    payload), then one per epoch (``checkpoint-{epochs done}``)."""
+
+    comparator = None  # the pairs compare an item's own candidates
+    last_stats = None
+
+    def __init__(self, trainer: PreferenceTrainerBase, comparator: Any = None) -> None:
+        if comparator is not None:
+            raise TypeError(
+                f"{type(trainer).__name__} takes no `comparator` (only the iterative trainers compare with one)"
+            )
+        self.trainer = trainer
+        self.pairs: list[PreferencePair] | None = None
+
+    def checkpoint_step(self) -> int:
+        return int(self.trainer.data_cursor.get("epochs_done", 0))
+
+    def run(self, plan: CheckpointPlan) -> None:
+        trainer = self.trainer
+        if not trainer.data_cursor.get("pairs_collected"):
+            pairs = trainer.collect_pairs(round_index=0)
+            trainer._log(
+                {
+                    "pairs_built": trainer.pairs_built,
+                    "pairs_skipped": trainer.pairs_skipped,
+                    "turn_1/collection_reward_mean": trainer._collection_reward_mean,
+                },
+            )
+            if not pairs:
+                message = (
+                    f"{type(trainer).__name__}: no training item yielded a non-tied pair "
+                    f"({len(trainer.train_dataset)} items, "
+                    f"{trainer.args.preference_num_candidates} candidates each, "
+                    f"{trainer.pairs_skipped} tied comparisons); the policies were not updated"
+                )
+                logger.warning(message)
+                if trainer.verbose:
+                    print(message)
+                trainer.no_pairs = True
+                return
+            trainer.data_cursor = {"pairs_collected": True, "epochs_done": 0}
+            self.pairs = pairs
+            trainer._commit(plan, 0, last=False, force=True)
+        trainer.no_pairs = False
+        epochs = trainer.args.num_train_epochs
+
+        def epoch_end(done: int) -> None:
+            trainer._flush_window()
+            trainer.data_cursor = {"pairs_collected": True, "epochs_done": done}
+            trainer._commit(plan, done, last=done == epochs)
+
+        trainer.learn_from_pairs(
+            self.pairs, round_index=0, start_epoch=trainer.data_cursor["epochs_done"], on_epoch_end=epoch_end
+        )
+
+    def payloads(self) -> dict[str, Callable[[Path], None]]:
+        pairs = self.pairs
+        if self.trainer.data_cursor.get("pairs_collected") and pairs is not None:
+            return {PAIRS_PAYLOAD: lambda folder: write_round(folder / PAIRS_FILE, 1, pairs)}
+        return {}
+
+    def restore(self, checkpoint: Path) -> None:
+        if self.trainer.data_cursor.get("pairs_collected"):
+            self.pairs = read_round(extra_dir(checkpoint, PAIRS_PAYLOAD) / PAIRS_FILE).pairs
+
+
 class PreferenceTrainerBase(MultiAgentTrainerBase):
     """The preference trainers' base: the shared constructor (see
-    :class:`~comlrl.trainers.base.MultiAgentTrainerBase` for the public keywords) plus pair collection."""
+    :class:`~comlrl.trainers.core.trainer.MultiAgentTrainerBase` for the public keywords) plus pair
+    collection and the schedule ``self.rounds`` (an instance of ``rounds_class``, built with the
+    ``comparator`` keyword, which only the iterative trainers take)."""
 
     config_class: type = MADPOConfig
     exact_config_types = _KNOWN_CONFIGS
-    # Items whose candidates are sampled in one backend.generate call (the backend cuts micro-batches
-    # by token budget, so this only bounds how many completions are held at once).
-    generation_batch_items = 64
+    rounds_class: type = SingleCollection
+
+    def __init__(self, *args: Any, comparator: Any = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rounds = self.add_part(self.rounds_class(self, comparator=comparator))
+
+    @property
+    def comparator(self) -> Any:
+        """The comparator of the iterative rounds (built from the config on first use); None for the base
+        trainers, whose pairs compare an item's own candidates."""
+        return self.rounds.comparator
+
+    @property
+    def last_round_stats(self) -> Any:
+        """What the last iterative round's collection saw (:class:`~.rounds.RoundStats`); None before the
+        first round and for the base trainers."""
+        return self.rounds.last_stats
 
     def reset_counters(self) -> None:
         """Zero the run's counters (a fresh ``train()``)."""
@@ -72,32 +156,33 @@ class PreferenceTrainerBase(MultiAgentTrainerBase):
         args = self.args
         pairs: list[PreferencePair] = []
         rewards: list[float] = []
-        with self._progress(total=len(items), desc="Collecting pairs", unit="item") as bar:
-            for start in range(0, len(items), self.generation_batch_items):
-                chunk = items[start : start + self.generation_batch_items]
-                indices = list(range(start, start + len(chunk)))
-                for sample in self.sample_items(
-                    chunk, indices, n=args.preference_num_candidates, stream="candidates", step=round_index
-                ):
-                    scores = self.score(sample)
-                    rewards += scores.processed
-                    built = build_preference_pairs(
-                        sample.prompt_texts,
-                        sample.candidates,
-                        scores,
-                        pair_selection=args.pair_selection,
-                        pairs_per_sample=args.preference_pairs_per_sample,
-                        rng=random.Random(
-                            derive_seed(args.seed, "pair_selection", round_index, sample.item_index)
-                        ),
-                    )
-                    self.pairs_built += len(built)
-                    self.pairs_skipped += _tied_pairs(scores.processed)
-                    pairs += built
-                bar.update(len(chunk))
+        batches = self.sample_batches(
+            items,
+            self.generation_batch_items,
+            n=args.preference_num_candidates,
+            stream="candidates",
+            step=round_index,
+            desc="Collecting pairs",
+        )
+        for _, _, samples in batches:
+            for sample in samples:
+                scores = self.score(sample)
+                rewards += scores.processed
+                built = build_preference_pairs(
+                    sample.prompt_texts,
+                    sample.candidates,
+                    scores,
+                    pair_selection=args.pair_selection,
+                    pairs_per_sample=args.preference_pairs_per_sample,
+                    rng=random.Random(
+                        derive_seed(args.seed, "pair_selection", round_index, sample.item_index)
+                    ),
+                )
+                self.pairs_built += len(built)
+                self.pairs_skipped += _tied_pairs(scores.processed)
+                pairs += built
         self._collection_reward_mean = sum(rewards) / len(rewards) if rewards else math.nan
         return pairs
-
 
     # ------------------------------------------------------------------------------------ learning hook
     def learn_from_pairs(
@@ -112,48 +197,12 @@ class PreferenceTrainerBase(MultiAgentTrainerBase):
         ``on_epoch_end(epochs_done)`` is called after each epoch (the base trainers checkpoint there)."""
         raise NotImplementedError
 
-
     # ------------------------------------------------------------------------------------ train()
     def _run(self, plan: CheckpointPlan) -> None:
-        """The base trainers: collect pairs once (round 0), then learn from them."""
-        if self._cursor.get("pairs_collected"):
-            pairs = self._restored_pairs
-        else:
-            pairs = self.collect_pairs(round_index=0)
-            self._log(
-                {
-                    "pairs_built": self.pairs_built,
-                    "pairs_skipped": self.pairs_skipped,
-                    "turn_1/collection_reward_mean": self._collection_reward_mean,
-                },
-            )
-            if not pairs:
-                message = (
-                    f"{type(self).__name__}: no training item yielded a non-tied pair "
-                    f"({len(self.train_dataset)} items, "
-                    f"{self.args.preference_num_candidates} candidates each, "
-                    f"{self.pairs_skipped} tied comparisons); the policies were not updated"
-                )
-                logger.warning(message)
-                if self.verbose:
-                    print(message)
-                self.no_pairs = True
-                return
-            self._cursor = {"pairs_collected": True, "epochs_done": 0}
-            self._pairs = pairs
-            self._commit(plan, 0, last=False, force=True)
-        self.no_pairs = False
-        self._pairs = pairs
-        epochs = self.args.num_train_epochs
+        self.rounds.run(plan)
 
-        def epoch_end(done: int) -> None:
-            self._flush_window()
-            self._cursor = {"pairs_collected": True, "epochs_done": done}
-            self._commit(plan, done, last=done == epochs)
-
-        self.learn_from_pairs(
-            pairs, round_index=0, start_epoch=self._cursor["epochs_done"], on_epoch_end=epoch_end
-        )
+    def checkpoint_step(self) -> int:
+        return self.rounds.checkpoint_step()
 
     # ------------------------------------------------------------------------------------ accounting
     def record_update(self, num_pairs: int, metrics: Mapping[str, float]) -> None:
@@ -173,19 +222,6 @@ class PreferenceTrainerBase(MultiAgentTrainerBase):
         self.pairs_built = int(extra["pairs_built"])
         self.pairs_skipped = int(extra["pairs_skipped"])
 
-    def checkpoint_payloads(self) -> dict[str, Callable[[Path], None]]:
-        """``{name: writer(folder)}`` payloads of a checkpoint (the base trainers keep their pairs)."""
-        payloads = dict(super().checkpoint_payloads())
-        pairs = getattr(self, "_pairs", None)
-        if not self.iterative and self._cursor.get("pairs_collected") and pairs is not None:
-            payloads[PAIRS_PAYLOAD] = lambda folder: write_round(folder / PAIRS_FILE, 1, pairs)
-        return payloads
-
-    def restore_payloads(self, checkpoint: Path) -> None:
-        super().restore_payloads(checkpoint)
-        if not self.iterative and self._cursor.get("pairs_collected"):
-            self._restored_pairs = read_round(extra_dir(checkpoint, PAIRS_PAYLOAD) / PAIRS_FILE).pairs
-
 
 def _tied_pairs(rewards: Sequence[float]) -> int:
     """Unordered candidate pairs with equal scores (dropped as ties)."""
@@ -193,5 +229,3 @@ def _tied_pairs(rewards: Sequence[float]) -> int:
     for r in rewards:
         counts[r] += 1
     return sum(c * (c - 1) // 2 for c in counts.values())
-
-

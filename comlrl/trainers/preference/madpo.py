@@ -1,6 +1,8 @@
-"""MADPO: Multi-Agent Direct Preference Optimization.
+"""MADPO: Multi-Agent Direct Preference Optimization, base (:class:`MADPOTrainer`) and iterative
+(:class:`MADPOIterTrainer`).
 
-The loop, top to bottom (the base trainer; the iterative one runs the same update each round):
+The loop, top to bottom (the base trainer; the iterative one runs the same update each round of
+:mod:`.rounds`):
 
 1. sample ``preference_num_candidates`` joint responses per training item (one generate call per batch of
    items, every agent's requests together), score them with the oracle, keep the non-tied pairs;
@@ -26,9 +28,9 @@ import torch
 
 from comlrl.scoring import completion_logprobs
 from comlrl.seeding import derive_seed
-from comlrl.trainers.base import pad_token_id, scoring_mode
+from comlrl.trainers.core.models import pad_token_id, scoring_mode
 from comlrl.trainers.preference.base import PreferenceTrainerBase
-from comlrl.trainers.preference.config import MADPOConfig
+from comlrl.trainers.preference.config import MADPOConfig, MADPOIterConfig
 from comlrl.trainers.preference.losses import (
     madpo_agent_losses,
     pair_margins,
@@ -36,8 +38,9 @@ from comlrl.trainers.preference.losses import (
     sequence_logprob_sums,
 )
 from comlrl.trainers.preference.records import PreferencePair, ensure_token_ids
+from comlrl.trainers.preference.rounds import PreferenceRounds
 
-__all__ = ["MADPOTrainer", "shuffled_batches"]
+__all__ = ["MADPOIterTrainer", "MADPOTrainer", "shuffled_batches"]
 
 
 def shuffled_batches(num_pairs: int, batch_size: int, seed: int) -> list[np.ndarray]:
@@ -75,7 +78,7 @@ class MADPOTrainer(PreferenceTrainerBase):
                 len(pairs), args.train_batch_size, derive_seed(args.seed, "shuffle", round_index, epoch)
             )
             desc = f"MADPO epoch {epoch + 1}/{args.num_train_epochs}"
-            with self._progress(total=len(batches), desc=desc, unit="batch") as bar:
+            with self.progress_bar(total=len(batches), desc=desc, unit="batch") as bar:
                 for indices in batches:
                     self._maybe_evaluate()
                     self.training_step(
@@ -126,10 +129,7 @@ class MADPOTrainer(PreferenceTrainerBase):
             return None
         with self._all_adapters_trainable():
             total.backward()
-        for name, optimizer in self.optimizers_by_policy.items():
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            self.policy.bump_version(name)
+        self.step_optimizers()
         self.nonfinite_in_a_row = 0
         detached = margins.detach()
         reward_mean = sum(p.candidate_reward_mean for p in batch) / len(batch)
@@ -163,3 +163,14 @@ class MADPOTrainer(PreferenceTrainerBase):
         finally:
             for p, flag in zip(params, flags):
                 p.requires_grad_(flag)
+
+
+class MADPOIterTrainer(MADPOTrainer):
+    """Iterative MADPO: ``num_iterations`` rounds of comparing the current agents with a comparator,
+    storing the round's pairs in the replay buffer and training ``num_train_epochs`` MADPO epochs on the
+    replay sample (the round loop is ``self.rounds``, a :class:`~.rounds.PreferenceRounds`). Takes
+    :class:`MADPOTrainer`'s keywords (plus ``comparator=``) and a
+    :class:`~comlrl.trainers.preference.MADPOIterConfig`."""
+
+    config_class = MADPOIterConfig
+    rounds_class = PreferenceRounds

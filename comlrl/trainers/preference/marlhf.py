@@ -10,10 +10,10 @@ The base trainer, top to bottom:
    them; log ``reward_model/loss``, ``reward_model/accuracy``, ``reward_model/eval_loss``,
    ``reward_model/eval_accuracy`` (held-out pairwise accuracy) and ``reward_model/truncated``;
 3. freeze it and run ``num_train_epochs`` epochs of the RL stage
-   (:class:`~comlrl.trainers.policy_learning.PolicyLearner`, backend ``rl_algorithm``) with the reward
+   (:class:`~comlrl.trainers.core.policy_learning.PolicyLearner`, backend ``rl_algorithm``) with the reward
    model's scores (no gradients, one batched forward per rollout buffer) replacing the task reward.
 
-The iterative trainer (:class:`MARLHFIterTrainer`) runs the round loop of :mod:`.iterative`; each round
+The iterative trainer (:class:`MARLHFIterTrainer`) runs the round loop of :mod:`.rounds`; each round
 fits a freshly initialised reward model on the replay sample (or continues last round's with
 ``reward_warm_start``), then runs the RL stage. With ``preference_scoring_reward="reward_model"`` the last
 fitted reward model becomes the oracle of the next rounds' comparisons (the task reward until one exists).
@@ -34,12 +34,11 @@ from typing import Any
 
 from comlrl.checkpoint import extra_dir
 from comlrl.seeding import derive_seed
-from comlrl.trainers.base import ItemSample
-from comlrl.trainers.policy_learning import PolicyLearner, PolicyLearningMixin, RewardFn
+from comlrl.trainers.core.oracle import Oracle
+from comlrl.trainers.core.policy_learning import PolicyLearner, RewardFn
+from comlrl.trainers.core.sampling import ItemSample
 from comlrl.trainers.preference.base import PreferenceTrainerBase
 from comlrl.trainers.preference.config import MARLHFConfig, MARLHFIterConfig
-from comlrl.trainers.preference.iterative import IterativePreferenceMixin
-from comlrl.trainers.preference.oracle import Oracle
 from comlrl.trainers.preference.records import PreferencePair
 from comlrl.trainers.preference.reward_model import (
     JointRewardModel,
@@ -48,6 +47,7 @@ from comlrl.trainers.preference.reward_model import (
     resolve_reward_model_device,
     resolve_reward_model_source,
 )
+from comlrl.trainers.preference.rounds import PreferenceRounds
 
 logger = logging.getLogger(__name__)
 
@@ -85,10 +85,10 @@ def reward_model_fn(model: JointRewardModel, batch_size: int | None = None) -> R
     return score
 
 
-class MARLHFTrainer(PolicyLearningMixin, PreferenceTrainerBase):
+class MARLHFTrainer(PreferenceTrainerBase):
     """Multi-Agent RL from Human Feedback (see the module docstring).
 
-    Takes the public CoMLRL constructor keywords (see :class:`~comlrl.trainers.base.MultiAgentTrainerBase`)
+    Takes the public CoMLRL constructor keywords (see :class:`~comlrl.trainers.core.trainer.MultiAgentTrainerBase`)
     plus ``metrics_callback``, ``critic_model`` and ``critics`` (critic sources of the maac / iac backends),
     and a :class:`~comlrl.trainers.preference.MARLHFConfig`. The reward model's source is resolved (and a
     missing name reported) when the trainer is built.
@@ -114,8 +114,8 @@ class MARLHFTrainer(PolicyLearningMixin, PreferenceTrainerBase):
             self.args.reward_model_device, self.policy.device(0)
         )
         self.reward_model: JointRewardModel | None = None
-        self.rl = PolicyLearner(
-            self, critic_model=critic_model, critics=critics, metrics_callback=metrics_callback
+        self.rl = self.add_part(
+            PolicyLearner(self, critic_model=critic_model, critics=critics, metrics_callback=metrics_callback)
         )
 
     @property
@@ -188,19 +188,16 @@ class MARLHFTrainer(PolicyLearningMixin, PreferenceTrainerBase):
         ):
             self.oracle = Oracle(RewardModelOracle(self.reward_model, agent_prompts=self.agent_prompt_texts))
 
-    def _start_run(self) -> None:
-        super()._start_run()
+    def on_fresh_run(self) -> None:
+        super().on_fresh_run()
         self.reward_model = None
         self.oracle = self.task_oracle
 
     # ------------------------------------------------------------------------------------ checkpoints
     def _keeps_reward_model(self) -> bool:
-        if self.reward_model is None:
-            return False
-        if self.iterative:
-            args = self.args
-            return args.preference_scoring_reward == "reward_model" or args.reward_warm_start
-        return int(self._cursor.get("epochs_done", 0)) >= 1
+        """A resume after the first RL epoch continues on the fitted reward model (before it, the model is
+        refitted, deterministically)."""
+        return self.reward_model is not None and int(self.data_cursor.get("epochs_done", 0)) >= 1
 
     def checkpoint_payloads(self) -> dict[str, Callable[[Path], None]]:
         payloads = dict(super().checkpoint_payloads())
@@ -222,10 +219,19 @@ class MARLHFTrainer(PolicyLearningMixin, PreferenceTrainerBase):
         self._use_reward_model_as_oracle()
 
 
-class MARLHFIterTrainer(IterativePreferenceMixin, MARLHFTrainer):
+class MARLHFIterTrainer(MARLHFTrainer):
     """Iterative MARLHF: ``num_iterations`` rounds of comparing the current agents with a comparator, storing
-    the round's pairs, fitting a reward model on the replay sample and running the RL stage. Takes
-    :class:`MARLHFTrainer`'s keywords (plus ``comparator=``) and a
-    :class:`~comlrl.trainers.preference.MARLHFIterConfig`."""
+    the round's pairs, fitting a reward model on the replay sample and running the RL stage (the round loop
+    is ``self.rounds``, a :class:`~.rounds.PreferenceRounds`). Takes :class:`MARLHFTrainer`'s keywords (plus
+    ``comparator=``) and a :class:`~comlrl.trainers.preference.MARLHFIterConfig`."""
 
     config_class = MARLHFIterConfig
+    rounds_class = PreferenceRounds
+
+    def _keeps_reward_model(self) -> bool:
+        """The next round needs the fitted reward model when it is the comparisons' oracle or warm-starts
+        the next fit."""
+        args = self.args
+        return self.reward_model is not None and (
+            args.preference_scoring_reward == "reward_model" or args.reward_warm_start
+        )

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from comlrl.trainers.preference.oracle import OracleScores
+from comlrl.trainers.core.oracle import OracleScores
 from comlrl.trainers.preference.records import PreferencePair
 
 PAIR_SELECTIONS = ("reward_gap", "all", "random")

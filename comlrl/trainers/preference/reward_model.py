@@ -61,6 +61,7 @@ from torch import nn
 
 from comlrl.atomic_io import atomic_replace_dir, atomic_write_bytes, atomic_write_json
 from comlrl.seeding import derive_seed
+from comlrl.trainers.core.models import hidden_size, last_token_index
 
 logger = logging.getLogger(__name__)
 
@@ -129,18 +130,6 @@ def pairwise_accuracy(chosen_rewards: torch.Tensor, rejected_rewards: torch.Tens
     if chosen_rewards.numel() == 0:
         return math.nan
     return (chosen_rewards > rejected_rewards).float().mean().item()
-
-
-def last_token_index(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Column of each row's last real token (mask == 1), for any padding: ``[B, L]`` -> ``[B]``."""
-    if attention_mask.dim() != 2:
-        raise ValueError(f"`attention_mask` must be [batch, length], got shape {tuple(attention_mask.shape)}")
-    columns = torch.arange(attention_mask.shape[1], device=attention_mask.device)
-    index = torch.where(attention_mask.bool(), columns, -1).amax(dim=1)
-    empty = (index < 0).nonzero().flatten().tolist()
-    if empty:
-        raise ValueError(f"`attention_mask` rows {empty} have no real token to pool")
-    return index
 
 
 def fair_allocation(lengths: Sequence[int], budget: int) -> list[int]:
@@ -293,14 +282,6 @@ class JointEncoding:
         return len(self.input_ids)
 
 
-def _hidden_size(config: Any) -> int:
-    for name in ("hidden_size", "n_embd", "d_model"):
-        value = getattr(config, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    raise ValueError(f"cannot read the backbone's hidden size from its config ({type(config).__name__})")
-
-
 def _check_side(name: str, value: str, choices: Sequence[str]) -> str:
     if value not in choices:
         raise ValueError(f"`{name}` must be one of {tuple(choices)}, got {value!r}")
@@ -342,7 +323,7 @@ class JointRewardModel(nn.Module):
             raise ValueError(f"`reward_max_length` must be None or an int >= 1, got {max_length!r}")
         self.backbone = backbone
         self.tokenizer = tokenizer
-        self.hidden_size = _hidden_size(backbone.config)
+        self.hidden_size = hidden_size(backbone.config)
         self.max_length = max_length
         self.freeze_backbone = bool(freeze_backbone)
         self.padding_side = _check_side(
@@ -811,7 +792,7 @@ def fit_reward_model_from_config(
 
 
 class RewardModelOracle:
-    """A batched reward function (see :mod:`comlrl.trainers.preference.oracle`) backed by a frozen model.
+    """A batched reward function (see :mod:`comlrl.trainers.core.oracle`) backed by a frozen model.
 
     ``Oracle(RewardModelOracle(model, agent_prompts=...))`` scores all K joint candidates of an item in
     one no_grad forward. The oracle convention passes only agent 0's prompt, so every agent's prompt

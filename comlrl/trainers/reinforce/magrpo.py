@@ -1,6 +1,6 @@
 """MAGRPO family trainer: multi-agent REINFORCE with a group baseline, on the task reward.
 
-The update is :class:`~comlrl.trainers.policy_learning.PolicyLearner`'s (the same code MARLHF runs on its
+The update is :class:`~comlrl.trainers.core.policy_learning.PolicyLearner`'s (the same code MARLHF runs on its
 learned reward): per item every agent samples ``num_generations`` responses (one generate call per rollout
 buffer), the task reward scores the joint responses, advantages come from
 :func:`comlrl.rl.compute_advantages` with ``advantage_mode`` (mean / raw / rloo / max), and each agent
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from comlrl.trainers.policy_learning import OnlineRLTrainer
+from comlrl.trainers.core.online_rl import OnlineRLTrainer
 from comlrl.trainers.reinforce.config import MAGRPOConfig
 
 __all__ = ["MAGRPOTrainer"]
@@ -26,7 +26,7 @@ class MAGRPOTrainer(OnlineRLTrainer):
     Takes the public CoMLRL keywords in their order (``agent_model``, ``agents``, ``num_agents``,
     ``tokenizer``, ``model_config``, ``train_dataset``, ``eval_dataset``, ``dataset_type``, ``reward_func``,
     ``reward_processor``, ``formatters``, ``external_transition``, ``wandb_config``, ``eval_logger``,
-    ``eval_aggregator``, ``args``; see :class:`~comlrl.trainers.base.MultiAgentTrainerBase`) and a
+    ``eval_aggregator``, ``args``; see :class:`~comlrl.trainers.core.trainer.MultiAgentTrainerBase`) and a
     :class:`MAGRPOConfig`. ``dataset_type`` is accepted and only recorded. Ours: ``policy``, ``lora_config``,
     ``metrics_callback``.
 

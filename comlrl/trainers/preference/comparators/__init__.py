@@ -11,9 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from comlrl.trainers.preference.comparators.api import APIComparator, api_key_headers, build_api_backend
-from comlrl.trainers.preference.comparators.base import Comparator, ComparatorContext, ComparatorItemOutput
-from comlrl.trainers.preference.comparators.centralized import (
+from comlrl.trainers.core.centralized import (
     CentralizedComparatorAdapter,
     CentralizedComparatorParseError,
     JointSplit,
@@ -22,6 +20,8 @@ from comlrl.trainers.preference.comparators.centralized import (
     check_adapter,
     split_joint_completions,
 )
+from comlrl.trainers.preference.comparators.api import APIComparator, api_key_headers, build_api_backend
+from comlrl.trainers.preference.comparators.base import Comparator, ComparatorContext, ComparatorItemOutput
 from comlrl.trainers.preference.comparators.copy import (
     CurrentCopyComparator,
     PolicyShadow,

@@ -19,12 +19,12 @@ from typing import Any
 
 from comlrl.rollout.types import Completion, GenerationRequest, Prompt, SamplingParams
 from comlrl.seeding import derive_seed
-from comlrl.trainers.preference.comparators.base import ComparatorContext, ComparatorItemOutput
-from comlrl.trainers.preference.comparators.centralized import (
+from comlrl.trainers.core.centralized import (
     build_joint_prompt,
     check_adapter,
     split_joint_completions,
 )
+from comlrl.trainers.preference.comparators.base import ComparatorContext, ComparatorItemOutput
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,57 @@
+"""Online RL on the task reward: the trainer base of MAGRPO (``reinforce/``), IAC and MAAC
+(``actor_critic/``), which differ only in their configs and public constructors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from comlrl.trainers.core.policy_learning import PolicyLearner, task_reward_fn
+from comlrl.trainers.core.train_options import CheckpointPlan
+from comlrl.trainers.core.trainer import MultiAgentTrainerBase
+
+__all__ = ["OnlineRLTrainer"]
+
+
+class OnlineRLTrainer(MultiAgentTrainerBase):
+    """Online RL on the task reward: ``num_train_epochs`` epochs of :meth:`PolicyLearner.run_epoch` over the
+    training items (the base of :class:`~comlrl.trainers.reinforce.MAGRPOTrainer`,
+    :class:`~comlrl.trainers.actor_critic.IACTrainer` and :class:`~comlrl.trainers.actor_critic.MAACTrainer`).
+
+    Checkpoints (``train(checkpoint_dir=...)``) commit after every epoch (``checkpoint-{epochs done}``) and
+    hold the weights, optimizers, critics, random streams and metrics; a resumed run continues exactly.
+    Extra keywords: ``critic_model``, ``critics`` (actor-critic backends), ``metrics_callback``.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        critic_model: Any = None,
+        critics: Sequence[Any] | None = None,
+        metrics_callback: Callable[..., Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.rl = self.add_part(
+            PolicyLearner(self, critic_model=critic_model, critics=critics, metrics_callback=metrics_callback)
+        )
+
+    @property
+    def critics(self) -> list[Any]:
+        """The critics (value models), persisting across epochs."""
+        return self.rl.critics
+
+    def _run(self, plan: CheckpointPlan) -> None:
+        items = self._require_train_items()
+        epochs = self.args.num_train_epochs
+        reward_fn = task_reward_fn(self)
+        for epoch in range(int(self.data_cursor.get("epochs_done", 0)), epochs):
+            self.rl.run_epoch(
+                items,
+                epoch=epoch,
+                reward_fn=reward_fn,
+                desc=f"{type(self).__name__} epoch {epoch + 1}/{epochs}",
+            )
+            self._flush_window()
+            self.data_cursor = {"epochs_done": epoch + 1}
+            self._commit(plan, epoch + 1, last=epoch + 1 == epochs)

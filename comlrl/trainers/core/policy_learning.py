@@ -1,0 +1,474 @@
+"""The RL stage: multi-agent policy learning on a reward function, shared by MARLHF and the public MAGRPO,
+IAC and MAAC trainers (one implementation).
+
+One epoch over the training items, top to bottom (:meth:`PolicyLearner.run_epoch`):
+
+1. take the next ``rollout_buffer_size`` items; every agent samples ``num_generations`` responses per item
+   in ONE ``backend.generate`` call (candidate k of every agent forms joint response k);
+2. the reward function scores every joint response (the task oracle for MAGRPO/IAC/MAAC, the frozen joint
+   reward model under no_grad for MARLHF): ``R`` of shape ``[items * K]``;
+3. per ``train_batch_size`` items, one update of every agent (:meth:`PolicyLearner.training_step`):
+
+   - one padded forward per agent scores its sampled tokens (every token, EOS included; padding masked;
+     ``exclude_last_completion_token`` leaves the last one out, for parity with the public library);
+   - with reference KL on, one no-grad forward of the frozen initial agent gives ``KL_i = Σ_t k3_t`` per
+     completion, and agent i's reward signal becomes ``R − reference_kl_coef · KL_i``;
+   - MAGRPO family (magrpo / mareinforce / marloo / maremax): advantages from
+     :func:`comlrl.rl.compute_advantages` over each item's K responses with baseline mean / raw / rloo /
+     max, whitened per item when ``advantage_normalization`` (then all four give the same advantages:
+     each baseline is affine in the return);
+   - actor-critic (maac: one critic on the joint text; iac: one critic per agent, or a value head on the
+     agent's model): ``A = R − V(h)`` (v) or ``Q(h, a) − mean_item Q`` (q) from
+     :func:`comlrl.rl.critic_advantages`, minus ``reference_kl_coef · KL_i``, whitened over the update batch
+     when ``advantage_normalization``; the critics are fit to ``R`` with
+     ``value_loss_coef · value_loss`` (:func:`comlrl.rl.value_loss`, clipped by ``value_clip_range``);
+   - agent i's loss is :func:`comlrl.rl.policy_gradient_loss` (``loss_type`` aggregation, padding exactly
+     zero); one backward per agent, then every optimizer steps once.
+
+Critics and their optimizers are built once per trainer and persist across epochs and rounds; they travel
+in checkpoints. A non-finite loss skips the update (counted; ``max_nonfinite_losses_in_a_row`` stop the run).
+Log-probs are taken at temperature 1 (the policy's own distribution), as the public library does.
+
+Metrics per update: ``loss``, ``turn_1/reward_mean``, ``turn_1/expected_return`` (single turn: the same),
+``reward_std``, ``frac_reward_zero_std``, ``advantage_mean``, ``advantage_std``,
+``completions/mean_length``, with reference KL ``turn_1/reference_kl_mean`` and
+``turn_1/reference_kl_penalty_mean``, with critics ``value_loss``, ``value_mean``, ``explained_variance``,
+and per agent ``agent_i/loss``.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from comlrl.checkpoint import extra_dir
+from comlrl.rl import (
+    compute_advantages,
+    critic_advantages,
+    explained_variance,
+    group_stats,
+    masked_whiten,
+    policy_gradient_loss,
+    value_loss,
+)
+from comlrl.trainers.core.critics import ValueModel, agent_critic_text, build_critics, joint_critic_text
+from comlrl.trainers.core.models import pad_token_id, scoring_mode
+from comlrl.trainers.core.reference import ReferencePolicy, shaped_rewards
+from comlrl.trainers.core.sampling import ItemSample
+from comlrl.trainers.core.trainer import MultiAgentTrainerBase
+from comlrl.trainers.core.trainer_core import TrainerPart
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["AgentLoss", "MAGRPO_FAMILY", "PolicyLearner", "RewardFn", "task_reward_fn"]
+
+RewardFn = Callable[[list[ItemSample]], list[list[float]]]
+MAGRPO_FAMILY = ("magrpo", "mareinforce", "marloo", "maremax")
+CRITICS_PAYLOAD = "critics"
+CRITICS_FILE = "critics.pt"
+REFERENCE_DIR = "reference_policy"
+
+
+@dataclass
+class AgentLoss:
+    """One agent's part of an update: ``loss`` (policy gradient), ``total`` (plus the weighted value loss of
+    its own critic, iac), the scored log-probs and mask ``[N, T]``, per-completion ``kl`` and
+    ``advantages`` ``[N]``, the critic's ``values`` and ``value_loss`` (None without a critic)."""
+
+    loss: torch.Tensor
+    total: torch.Tensor
+    logprobs: torch.Tensor
+    mask: torch.Tensor
+    kl: torch.Tensor
+    advantages: torch.Tensor
+    values: torch.Tensor | None
+    value_loss: torch.Tensor | None
+
+
+def task_reward_fn(trainer: MultiAgentTrainerBase) -> RewardFn:
+    """The trainer's oracle (``reward_func`` after ``reward_processor``), item by item."""
+
+    def score(samples: list[ItemSample]) -> list[list[float]]:
+        return [list(trainer.score(sample).processed) for sample in samples]
+
+    return score
+
+
+class PolicyLearner(TrainerPart):
+    """The RL stage of one trainer: optional reference policy, critics and their optimizers, the update.
+
+    Args:
+        trainer: the host trainer (its policy, backend, optimizers, sampling, logging and config are used).
+            Its config provides ``rl_algorithm``, ``num_generations``, ``rollout_buffer_size``,
+            ``train_batch_size``, ``advantage_normalization``, ``loss_type`` and the reference-KL and critic
+            fields (``MARLHFConfig``, ``MAGRPOConfig``, ``IACConfig``, ``MAACConfig``).
+        critic_model / critics: critic sources for maac / iac (see
+            :func:`~comlrl.trainers.core.critics.resolve_critic_sources`).
+        metrics_callback: ``f(records) -> {name: value}``, called per update with one record per joint
+            response (``item``, ``prompts``, ``completions``, ``reward``); its values are logged.
+
+    A :class:`~comlrl.trainers.core.trainer_core.TrainerPart` (register it with ``trainer.add_part``): the
+    reference snapshot travels in ``trainer_state.json`` under ``"rl"``, the critics and their optimizers in
+    the ``critics`` payload.
+    """
+
+    state_key = "rl"
+
+    def __init__(
+        self,
+        trainer: MultiAgentTrainerBase,
+        *,
+        critic_model: Any = None,
+        critics: Sequence[Any] | None = None,
+        metrics_callback: Callable[[list[dict[str, Any]]], Any] | None = None,
+    ) -> None:
+        args = trainer.args
+        self.trainer = trainer
+        self.args = args
+        self.algorithm = args.rl_algorithm
+        if metrics_callback is not None and not callable(metrics_callback):
+            raise ValueError(
+                f"`metrics_callback` must be a callable or None, got {type(metrics_callback).__name__}"
+            )
+        self.metrics_callback = metrics_callback
+        self.reference = (
+            ReferencePolicy(trainer.policy, args.reference_devices) if args.reference_kl_enabled else None
+        )
+        self.reference_snapshot: str | None = None
+        self.critics: list[ValueModel] = []
+        self.critic_optimizers: list[torch.optim.Optimizer] = []
+        if args.uses_critic:
+            self.critics = build_critics(trainer, critic_model, critics)
+            self.critic_optimizers = [
+                torch.optim.AdamW(c.critic_parameters(), lr=args.resolved_critic_learning_rate)
+                for c in self.critics
+            ]
+        elif critic_model is not None or critics is not None:
+            raise ValueError(
+                f"`critic_model` / `critics` need an actor-critic backend (maac or iac); "
+                f"rl_algorithm is {self.algorithm!r}"
+            )
+
+    # ------------------------------------------------------------------------------------ the epoch
+    def run_epoch(
+        self,
+        items: Sequence[Any],
+        *,
+        epoch: int,
+        reward_fn: RewardFn,
+        round_index: int = 0,
+        desc: str = "RL epoch",
+    ) -> None:
+        """One pass over ``items`` in order: sample a buffer, score it, update per ``train_batch_size``."""
+        args, trainer = self.args, self.trainer
+        buffer, batch = args.rollout_buffer_size, args.train_batch_size
+        batches = trainer.sample_batches(
+            items, buffer, n=args.num_generations, stream=f"rl/{round_index}", step=epoch, desc=desc
+        )
+        for _, indices, samples in batches:
+            rewards = reward_fn(samples)
+            _check_rewards(rewards, samples, args.num_generations)
+            for first in range(0, len(samples), batch):
+                trainer._maybe_evaluate()
+                self.training_step(
+                    samples[first : first + batch],
+                    rewards[first : first + batch],
+                    where=f"round {round_index}, epoch {epoch}, item {indices[0] + first}",
+                )
+
+    # ------------------------------------------------------------------------------------ one update
+    def training_step(
+        self, samples: Sequence[ItemSample], rewards: Sequence[Sequence[float]], where: str = ""
+    ) -> dict[str, float] | None:
+        """One update of every agent (and critic) on ``samples``; returns its metrics (None when skipped)."""
+        args, trainer = self.args, self.trainer
+        num_items, k = len(samples), len(rewards[0])
+        returns = torch.tensor([float(r) for row in rewards for r in row], dtype=torch.float32)
+        groups = torch.arange(num_items).repeat_interleave(k)
+        self._zero_grad()
+        critic_values, value_losses = None, []
+        if self.algorithm == "maac":
+            critic_values = self._joint_values(samples, k)
+        agent_losses, advantages_seen, kls, lengths = [], [], [], []
+        for a, agent in enumerate(trainer.agent_names):
+            model = trainer.policy.handle(agent).model
+            # Backward inside the block: peft only lets the active adapter accumulate gradients.
+            with trainer.policy.activate(agent), scoring_mode(model, args.disable_dropout):
+                out = self.agent_loss(a, samples, returns, groups, critic_values)
+                if not bool(torch.isfinite(out.total)):
+                    return self._skip(f"update {trainer.updates_seen + 1} ({where}), agent {a}")
+                out.total.backward()
+            if out.value_loss is not None:
+                value_losses.append(out.value_loss.detach())
+            agent_losses.append(float(out.loss.detach()))
+            advantages_seen.append(out.advantages.detach().float().cpu())
+            kls.append(out.kl.detach().float().cpu())
+            lengths.append(out.mask.sum(-1).float().cpu())
+        if self.algorithm == "maac":
+            v_loss = self._value_loss(critic_values, returns)
+            if not bool(torch.isfinite(v_loss)):
+                return self._skip(f"update {trainer.updates_seen + 1} ({where}), critic")
+            (args.value_loss_coef * v_loss).backward()
+            value_losses.append(v_loss.detach())
+        self._step()
+        trainer.nonfinite_in_a_row = 0
+        metrics = self._metrics(returns, groups, agent_losses, advantages_seen, kls, lengths)
+        if self.critics:
+            metrics["value_loss"] = float(torch.stack([v.float().cpu() for v in value_losses]).mean())
+            metrics.update(self._critic_metrics)
+        if self.metrics_callback is not None:
+            metrics.update(self._callback_metrics(samples, rewards))
+        trainer.record_step(num_items * k, metrics)
+        return metrics
+
+    def agent_loss(
+        self,
+        agent: int,
+        samples: Sequence[ItemSample],
+        returns: torch.Tensor,
+        groups: torch.Tensor,
+        critic_values: torch.Tensor | None = None,
+    ) -> AgentLoss:
+        """Agent ``agent``'s loss on ``samples`` (one padded forward over its ``items * K`` completions).
+
+        ``returns`` / ``groups`` are ``[items * K]`` (item-major); ``critic_values`` are MAAC's joint values.
+        Call it with the agent's adapter active and backward before leaving (see :meth:`training_step`).
+        """
+        args, trainer = self.args, self.trainer
+        handle = trainer.policy.handle(agent)
+        prompts = [c.prompt_token_ids for s in samples for c in s.candidates[agent]]
+        completions = [c.token_ids for s in samples for c in s.candidates[agent]]
+        pad = pad_token_id(handle.tokenizer)
+        logprobs, mask = _completion_logprobs(handle.model, prompts, completions, pad, args)
+        device = logprobs.device
+        kl = torch.zeros(len(completions), device=device)
+        if self.reference is not None:
+            kl = self.reference.sequence_kl(
+                agent,
+                logprobs,
+                mask,
+                prompts,
+                completions,
+                pad_token_id=pad,
+                estimator=args.reference_kl_estimator,
+                exclude_last_token=args.exclude_last_completion_token,
+            )
+        values = critic_values
+        if self.algorithm == "iac":
+            values = self._agent_values(agent, samples, len(samples[0].candidates[agent]))
+        advantages = self.advantages(returns.to(device), kl, groups.to(device), values)
+        loss = policy_gradient_loss(
+            logprobs,
+            advantages,
+            mask,
+            loss_type=args.loss_type,
+            max_completion_length=max(mask.shape[1], int(trainer.sampling_params(1).max_new_tokens)),
+            num_items_in_batch=mask.sum().clamp(min=1),
+        )
+        total, v_loss = loss, None
+        if self.algorithm == "iac":
+            v_loss = self._value_loss(values, returns)
+            total = loss + args.value_loss_coef * v_loss.to(loss.device)
+        return AgentLoss(loss, total, logprobs, mask, kl, advantages, values, v_loss)
+
+    def advantages(
+        self,
+        returns: torch.Tensor,
+        kl: torch.Tensor,
+        groups: torch.Tensor,
+        values: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """One agent's advantages ``[N]`` from the returns, its per-completion KL and the critic's values."""
+        args = self.args
+        coef = float(args.reference_kl_coef) if self.reference is not None else 0.0
+        if self.algorithm in MAGRPO_FAMILY:
+            shaped = shaped_rewards(returns, kl, coef)
+            return compute_advantages(
+                shaped, groups, estimator=args.advantage_mode, scale_rewards=args.advantage_normalization
+            )
+        base = critic_advantages(returns, values.detach().to(returns.device), args.critic_type, groups)
+        advantages = base - coef * kl.detach().to(base.dtype)
+        return masked_whiten(advantages) if args.advantage_normalization else advantages
+
+    def _joint_values(self, samples: Sequence[ItemSample], k: int) -> torch.Tensor:
+        critic = self.critics[0]
+        if self.args.critic_type == "v":
+            texts = [joint_critic_text(s.prompt_texts) for s in samples]
+            return critic.values(texts).repeat_interleave(k)
+        texts = [
+            joint_critic_text(s.prompt_texts, [agent[j].text for agent in s.candidates])
+            for s in samples
+            for j in range(k)
+        ]
+        return critic.values(texts)
+
+    def _agent_values(self, agent: int, samples: Sequence[ItemSample], k: int) -> torch.Tensor:
+        critic = self.critics[agent]
+        if self.args.critic_type == "v":
+            return critic.values(
+                [agent_critic_text(s.prompt_texts[agent]) for s in samples]
+            ).repeat_interleave(k)
+        texts = [
+            agent_critic_text(s.prompt_texts[agent], c.text) for s in samples for c in s.candidates[agent]
+        ]
+        return critic.values(texts)
+
+    def _value_loss(self, values: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
+        target = returns.to(values.device)
+        loss = value_loss(values, target, old_values=values.detach(), clip_range=self.args.value_clip_range)
+        with torch.no_grad():
+            self._critic_metrics = {"value_mean": float(values.detach().float().mean())}
+            ev = float(explained_variance(values.detach().float(), target.float()))
+            if math.isfinite(ev):
+                self._critic_metrics["explained_variance"] = ev
+        return loss
+
+    def _metrics(self, returns, groups, agent_losses, advantages, kls, lengths) -> dict[str, float]:
+        stats = group_stats(returns, groups).as_metrics()
+        all_adv = torch.cat(advantages)
+        reward_mean = float(returns.mean())
+        metrics = {
+            "loss": sum(agent_losses) / len(agent_losses),
+            "turn_1/reward_mean": reward_mean,
+            "turn_1/expected_return": reward_mean,
+            "reward_std": stats["reward_std"],
+            "frac_reward_zero_std": stats["frac_reward_zero_std"],
+            "advantage_mean": float(all_adv.mean()),
+            "advantage_std": float(all_adv.std()) if all_adv.numel() > 1 else 0.0,
+            "completions/mean_length": float(torch.cat(lengths).mean()),
+        }
+        if self.reference is not None:
+            kl_mean = float(torch.cat(kls).mean())
+            metrics["turn_1/reference_kl_mean"] = kl_mean
+            metrics["turn_1/reference_kl_penalty_mean"] = float(self.args.reference_kl_coef) * kl_mean
+        if len(agent_losses) > 1:
+            for a, value in enumerate(agent_losses):
+                metrics[f"agent_{a}/loss"] = value
+        return metrics
+
+    def _callback_metrics(self, samples, rewards) -> dict[str, float]:
+        records = [
+            {
+                "item": s.item,
+                "prompts": list(s.prompt_texts),
+                "completions": [agent[j].text for agent in s.candidates],
+                "reward": float(rewards[i][j]),
+            }
+            for i, s in enumerate(samples)
+            for j in range(len(rewards[i]))
+        ]
+        out = self.metrics_callback(records) or {}
+        if not isinstance(out, dict):
+            raise TypeError(f"`metrics_callback` must return a dict of metrics, got {type(out).__name__}")
+        return {str(key): float(value) for key, value in out.items()}
+
+    # ------------------------------------------------------------------------------------ optimizers
+    def _zero_grad(self) -> None:
+        for optimizer in [*self.trainer.optimizers, *self.critic_optimizers]:
+            optimizer.zero_grad(set_to_none=True)
+
+    def _step(self) -> None:
+        self.trainer.step_optimizers()
+        for optimizer in self.critic_optimizers:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+    def _skip(self, where: str) -> None:
+        self._zero_grad()
+        self.trainer.record_nonfinite(where)
+        return None
+
+    # ------------------------------------------------------------------------------------ checkpoints
+    def on_fresh_run(self, output_dir: str | os.PathLike | None = None) -> None:
+        """Save the reference policy once (the initial agents) under ``output_dir`` (default: the trainer's),
+        so a resumed run reloads exactly it."""
+        if self.reference is not None:
+            path = (
+                Path(output_dir if output_dir is not None else self.trainer.args.output_dir) / REFERENCE_DIR
+            )
+            self.reference.save(path)
+            self.reference_snapshot = str(path)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"reference_snapshot": self.reference_snapshot}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        snapshot = state.get("reference_snapshot")
+        self.reference_snapshot = snapshot
+        if self.reference is None or snapshot is None:
+            return
+        if Path(snapshot).is_dir():
+            self.reference.load_weights_(snapshot)
+        else:
+            logger.warning(
+                "reference snapshot %s is gone; the reference is the copy taken when the trainer was built",
+                snapshot,
+            )
+
+    def payloads(self) -> dict[str, Callable[[Path], None]]:
+        if not self.critics:
+            return {}
+        state = {
+            "critics": [c.trainable_state() for c in self.critics],
+            "optimizers": [copy.deepcopy(o.state_dict()) for o in self.critic_optimizers],
+        }
+        return {CRITICS_PAYLOAD: lambda folder: torch.save(state, folder / CRITICS_FILE)}
+
+    def restore(self, checkpoint: Path) -> None:
+        if not self.critics:
+            return
+        try:
+            folder = extra_dir(checkpoint, CRITICS_PAYLOAD)
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"checkpoint {checkpoint} has no critics, but this trainer has critics"
+            ) from None
+        state = torch.load(folder / CRITICS_FILE, map_location="cpu", weights_only=True)
+        if len(state["critics"]) != len(self.critics):
+            raise ValueError(
+                f"checkpoint {checkpoint} holds {len(state['critics'])} critics, expected {len(self.critics)}"
+            )
+        for critic, weights, optimizer, saved in zip(
+            self.critics, state["critics"], self.critic_optimizers, state["optimizers"]
+        ):
+            critic.load_state_dict(weights)
+            optimizer.load_state_dict(saved)
+
+
+# ---------------------------------------------------------------------------------------- helpers
+
+
+def _completion_logprobs(model, prompts, completions, pad: int, args) -> tuple[torch.Tensor, torch.Tensor]:
+    from comlrl.scoring import completion_logprobs
+
+    return completion_logprobs(
+        model,
+        prompts,
+        completions,
+        pad_token_id=pad,
+        exclude_last_token=args.exclude_last_completion_token,
+        requires_grad=True,
+    )
+
+
+def _check_rewards(rewards: Any, samples: Sequence[ItemSample], k: int) -> None:
+    if len(rewards) != len(samples) or any(len(row) != k for row in rewards):
+        raise RuntimeError(
+            f"the reward function returned {[len(r) for r in rewards]} scores for {len(samples)} items of "
+            f"{k} "
+            "joint responses each"
+        )
+    for i, row in enumerate(rewards):
+        for j, value in enumerate(row):
+            if not math.isfinite(float(value)):
+                raise RuntimeError(
+                    f"non-finite reward {value} for item {samples[i].item_index}, response {j}"
+                )

@@ -1,0 +1,389 @@
+"""The iterative preference loop of MADPOIter and MARLHFIter: an object the trainer owns as ``self.rounds``.
+
+Round r of ``num_iterations`` (1-based), top to bottom:
+
+1. ``comparator.begin_round(r)``;
+2. per batch of items: the current agents sample ``preference_num_candidates`` joint responses (one
+   generate call) and the comparator answers the same prompts with its candidates; both sides are scored
+   by the oracle; candidate k of the current side meets the comparator's candidate k (only indices
+   present on both sides), and every comparison with a clear winner becomes a pair. An item the comparator
+   failed on is dropped and counted; more than ``comparator_api_max_failure_rate`` of the round's items
+   failing stops the run;
+3. the replay buffer stores the round (``iteration_NNNN.json`` + id sidecar) and draws the training pairs;
+4. the trainer learns from them (``learn_from_pairs``; MADPO: ``num_train_epochs`` epochs; MARLHF: reward
+   model, then RL);
+5. ``comparator.end_round(r)``; a checkpoint may be written (``train(checkpoint_dir=...)``).
+
+Logged per round: ``iter/current_iteration``, ``iter/current_preference_pairs``,
+``iter/total_preference_pairs``, ``iter/train_preference_pairs`` (the public names), and
+``iter/failed_items``, ``iter/comparator_unparsed``, ``iter/tied_comparisons``,
+``iter/current_reward_mean``, ``iter/comparator_reward_mean``, ``iter/current_win_rate``
+(with ``log_reward_distribution`` also the distributions of :mod:`.distribution`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from comlrl.atomic_io import atomic_write_json
+from comlrl.checkpoint import extra_dir
+from comlrl.seeding import derive_seed
+from comlrl.trainers.core.oracle import OracleScores
+from comlrl.trainers.core.sampling import ItemSample
+from comlrl.trainers.core.train_options import CheckpointPlan
+from comlrl.trainers.core.trainer_core import TrainerPart
+from comlrl.trainers.preference.distribution import mean_or_nan, reward_range, write_reward_distribution
+from comlrl.trainers.preference.pairs import build_comparison_pairs
+from comlrl.trainers.preference.records import (
+    PreferencePair,
+    ensure_token_ids,
+    list_round_files,
+    sidecar_path,
+)
+from comlrl.trainers.preference.replay import PreferenceReplayBuffer
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["PreferenceRounds", "RoundStats"]
+
+REPLAY_PAYLOAD = "replay"
+COMPARATOR_PAYLOAD = "comparator"
+
+
+@dataclass
+class RoundStats:
+    """What one round's collection saw (raw scores for the reward distributions)."""
+
+    items: int = 0
+    failed_items: int = 0
+    unparsed: int = 0
+    ties: int = 0
+    current_wins: int = 0
+    comparisons: int = 0
+    current_processed: list[float] = field(default_factory=list)
+    comparator_processed: list[float] = field(default_factory=list)
+    current_raw: list[float] = field(default_factory=list)
+    comparator_raw: list[float] = field(default_factory=list)
+
+
+class PreferenceRounds(TrainerPart):
+    """The round loop (see the module docstring): holds the comparator, the replay buffer and the last
+    round's :class:`RoundStats`, and learns through the trainer's ``learn_from_pairs``.
+
+    Args:
+        trainer: the iterative trainer (its sampling, oracle, counters, logging and commit points are used).
+        comparator: an object implementing
+            :class:`~comlrl.trainers.preference.comparators.base.Comparator`; None builds one from the
+            config's ``comparator_*`` fields on first use.
+
+    Commit points: ``checkpoint-{rounds done}``. Payloads: the replay buffer's round files and state
+    (``replay``) and the comparator's state (``comparator``).
+    """
+
+    def __init__(self, trainer: Any, comparator: Any = None) -> None:
+        self.trainer = trainer
+        self._comparator = comparator
+        self.replay_buffer: PreferenceReplayBuffer | None = None
+        self.last_stats: RoundStats | None = None
+        if trainer.args.log_reward_distribution:
+            reward_range(trainer.reward_func)  # checked now, not after the first round
+
+    # ------------------------------------------------------------------------------------ comparator
+    @property
+    def comparator(self) -> Any:
+        """The comparator (built from the config on first use)."""
+        if self._comparator is None:
+            from comlrl.trainers.preference.comparators import build_comparator
+
+            self._comparator = build_comparator(self.trainer.args, self.comparator_context())
+        return self._comparator
+
+    def comparator_context(self) -> Any:
+        from comlrl.trainers.preference.comparators.base import ComparatorContext
+
+        trainer = self.trainer
+        return ComparatorContext(
+            policy=trainer.policy,
+            backend=trainer.backend,
+            args=trainer.args,
+            output_dir=trainer.args.output_dir,
+            seed=trainer.args.seed,
+            tokenizers=trainer.tokenizers,
+            centralized_adapter=trainer.centralized_adapter,
+        )
+
+    def _new_replay_buffer(self, *, resume: bool) -> PreferenceReplayBuffer:
+        args = self.trainer.args
+        return PreferenceReplayBuffer(
+            args.resolved_preference_replay_dir,
+            mode=args.preference_replay_mode,
+            k=args.preference_replay_k,
+            lam=args.preference_replay_lambda,
+            sample_size=args.preference_replay_sample_size,
+            seed=derive_seed(args.seed, "replay"),
+            resume=resume,
+        )
+
+    # ------------------------------------------------------------------------------------ the loop
+    def checkpoint_step(self) -> int:
+        return int(self.trainer.data_cursor.get("rounds_done", 0))
+
+    def run(self, plan: CheckpointPlan) -> None:
+        trainer, args = self.trainer, self.trainer.args
+        done = self.checkpoint_step()
+        # Built before any update: the history source snapshots the initial policy.
+        self.comparator  # noqa: B018
+        if self.replay_buffer is None:
+            self.replay_buffer = self._new_replay_buffer(resume=False)
+        if done == 0 and args.saves_policy_snapshots:
+            trainer.policy.save(Path(args.policy_checkpoint_dir) / "initial")
+        total = args.num_iterations
+        with trainer.progress_bar(total=total, desc="Rounds", unit="round") as bar:
+            bar.update(done)
+            for round_index in range(done + 1, total + 1):
+                self.run_round(round_index)
+                trainer.data_cursor = {"rounds_done": round_index}
+                trainer._commit(plan, round_index, last=round_index == total)
+                bar.update(1)
+
+    def on_fresh_run(self) -> None:
+        self.replay_buffer = None
+
+    def run_round(self, round_index: int) -> None:
+        """One round: compare, store, draw, learn (see the module docstring)."""
+        trainer, args = self.trainer, self.trainer.args
+        comparator = self.comparator
+        comparator.begin_round(round_index)
+        pairs, stats = self.collect_comparison_pairs(round_index)
+        # Text without ids (a remote or centralized comparator) is tokenized once, before the round is
+        # written, so its sidecar carries the ids to every later replay draw.
+        ensure_token_ids(pairs, trainer.tokenizers, append_eos=True)
+        buffer = self.replay_buffer
+        buffer.add_round(pairs)
+        train_pairs = buffer.sample()
+        ensure_token_ids(train_pairs, trainer.tokenizers, append_eos=True)  # only files written elsewhere
+        trainer.pairs_built += len(pairs)
+        trainer.pairs_skipped += stats.ties
+        metrics = {
+            "iter/current_iteration": round_index,
+            "iter/current_preference_pairs": len(pairs),
+            "iter/total_preference_pairs": sum(r.num_pairs for r in buffer.rounds),
+            "iter/train_preference_pairs": len(train_pairs),
+            "iter/failed_items": stats.failed_items,
+            "iter/comparator_unparsed": stats.unparsed,
+            "iter/tied_comparisons": stats.ties,
+            "iter/current_reward_mean": mean_or_nan(stats.current_processed),
+            "iter/comparator_reward_mean": mean_or_nan(stats.comparator_processed),
+            "iter/current_win_rate": stats.current_wins / stats.comparisons
+            if stats.comparisons
+            else math.nan,
+        }
+        if args.log_reward_distribution:
+            low, high = reward_range(trainer.reward_func)
+            metrics.update(
+                write_reward_distribution(
+                    args.reward_distribution_dir,
+                    round_index,
+                    stats.current_raw,
+                    stats.comparator_raw,
+                    pairs,
+                    low,
+                    high,
+                )
+            )
+        trainer._log(metrics)
+        self.last_stats = stats
+        if train_pairs:
+            trainer.learn_from_pairs(
+                train_pairs, round_index=round_index, on_epoch_end=lambda _: trainer._flush_window()
+            )
+        else:
+            logger.warning(
+                "round %d: no training pairs (all comparisons tied or failed); no update", round_index
+            )
+        trainer._flush_window()
+        comparator.end_round(round_index)
+        if args.saves_policy_snapshots:
+            trainer.policy.save(Path(args.policy_checkpoint_dir) / f"iteration_{round_index:04d}")
+
+    def collect_comparison_pairs(self, round_index: int) -> tuple[list[PreferencePair], RoundStats]:
+        """This round's pairs of current-vs-comparator candidates over every training item, in order."""
+        trainer, args = self.trainer, self.trainer.args
+        items = trainer._require_train_items()
+        comparator = self.comparator
+        cmp_params = trainer.sampling_params(args.resolved_comparator_num_candidates)
+        stats = RoundStats(items=len(items))
+        limit = args.comparator_api_max_failure_rate * len(items)
+        pairs: list[PreferencePair] = []
+        batches = trainer.sample_batches(
+            items,
+            trainer.generation_batch_items,
+            n=args.preference_num_candidates,
+            stream="candidates",
+            step=round_index,
+            desc=f"Round {round_index} pairs",
+        )
+        for chunk, indices, samples in batches:
+            # Under centralized collaboration the comparator gets the role prompts and writes the joint
+            # response itself.
+            if trainer.collaboration is not None:
+                prompts = [trainer.collaboration.role_prompts(item) for item in chunk]
+            else:
+                prompts = [s.prompts for s in samples]
+            outputs = comparator.sample(
+                chunk, prompts, cmp_params, round_index=round_index, item_indices=indices
+            )
+            if len(outputs) != len(chunk):
+                raise RuntimeError(
+                    f"comparator {getattr(comparator, 'name', type(comparator).__name__)!r} returned "
+                    f"{len(outputs)} outputs for {len(chunk)} items"
+                )
+            for sample, output in zip(samples, outputs):
+                if output.error is not None:
+                    stats.failed_items += 1
+                    logger.warning(
+                        "round %d, item %d: comparator failed (%s); item dropped",
+                        round_index,
+                        sample.item_index,
+                        output.error,
+                    )
+                    if stats.failed_items > limit:
+                        raise RuntimeError(
+                            f"round {round_index}: the comparator failed on {stats.failed_items} of "
+                            f"{len(items)} items, more than `comparator_api_max_failure_rate`="
+                            f"{args.comparator_api_max_failure_rate}; last error: {output.error}"
+                        )
+                    continue
+                stats.unparsed += int(output.num_unparsed)
+                pairs += self._item_pairs(sample, output, round_index, stats)
+        return pairs, stats
+
+    def _item_pairs(
+        self, sample: ItemSample, output: Any, round_index: int, stats: RoundStats
+    ) -> list[PreferencePair]:
+        trainer, args = self.trainer, self.trainer.args
+        num_current = len(sample.candidates[0])
+        candidates, same_tokenizer = output.candidates, bool(output.same_tokenizer)
+        if trainer.collaboration is not None:
+            # The one actor writes joint responses, so it is compared with the comparator's joint text.
+            candidates, same_tokenizer = [list(output.joint)], bool(output.joint_same_tokenizer)
+        count = len(candidates[0]) if candidates else 0
+        if candidates and len(candidates) != trainer.num_agents:
+            raise RuntimeError(
+                f"item {sample.item_index}: the comparator answered for {len(candidates)} agents, expected "
+                f"{trainer.num_agents}"
+            )
+        indices = list(output.indices) if output.indices else list(range(count))
+        if len(indices) != count or any(len(agent) != count for agent in candidates):
+            raise RuntimeError(
+                f"item {sample.item_index}: the comparator returned {len(indices)} indices for "
+                f"{[len(agent) for agent in candidates]} candidates per agent"
+            )
+        current_scores = trainer.score(sample)
+        stats.current_processed += current_scores.processed
+        stats.current_raw += current_scores.raw
+        keep = [j for j, k in enumerate(indices) if k < num_current]
+        mine = [[agent[indices[j]] for j in keep] for agent in sample.candidates]
+        theirs = [[agent[j] for j in keep] for agent in candidates] if candidates else [[] for _ in mine]
+        mine_scores = OracleScores(
+            raw=[current_scores.raw[indices[j]] for j in keep],
+            processed=[current_scores.processed[indices[j]] for j in keep],
+        )
+        their_scores = trainer.score(sample, theirs)
+        stats.comparator_processed += their_scores.processed
+        stats.comparator_raw += their_scores.raw
+        for cur, cmp in zip(mine_scores.processed, their_scores.processed):
+            stats.ties += cur == cmp
+            stats.comparisons += cur != cmp
+            stats.current_wins += cur > cmp
+        return build_comparison_pairs(
+            sample.prompt_texts,
+            mine,
+            mine_scores,
+            theirs,
+            their_scores,
+            pair_selection=args.pair_selection,
+            pairs_per_sample=args.preference_pairs_per_sample,
+            rng=random.Random(derive_seed(args.seed, "pair_selection", round_index, sample.item_index)),
+            comparator_token_ids=same_tokenizer,
+        )
+
+    # ------------------------------------------------------------------------------------ checkpoints
+    def payloads(self) -> dict:
+        payloads = {}
+        buffer = self.replay_buffer
+        if buffer is not None:
+
+            def write_replay(folder: Path) -> None:
+                (folder / "rounds").mkdir()
+                for path in buffer.files():
+                    shutil.copy2(path, folder / "rounds" / path.name)
+                atomic_write_json(folder / "state.json", buffer.state_dict())
+
+            payloads[REPLAY_PAYLOAD] = write_replay
+        comparator = self._comparator
+        if comparator is not None:
+            state = comparator.state_dict()
+
+            def write_comparator(folder: Path) -> None:
+                save_files = getattr(comparator, "save_files", None)
+                if callable(save_files):
+                    save_files(folder / "files")
+                _write_state(folder, state)
+
+            payloads[COMPARATOR_PAYLOAD] = write_comparator
+        return payloads
+
+    def restore(self, checkpoint: Path) -> None:
+        rounds_done = self.checkpoint_step()
+        replay_dir = Path(self.trainer.args.resolved_preference_replay_dir)
+        try:
+            source = extra_dir(checkpoint, REPLAY_PAYLOAD)
+        except FileNotFoundError:
+            source = None
+        # The round files of this run beyond the checkpoint are about to be written again.
+        for path in list_round_files(replay_dir):
+            iteration = int(path.name[len("iteration_") : -len(".json")])
+            if iteration > rounds_done or source is not None:
+                sidecar_path(path).unlink(missing_ok=True)
+                path.unlink()
+        buffer = self._new_replay_buffer(resume=True)
+        if source is not None:
+            replay_dir.mkdir(parents=True, exist_ok=True)
+            for path in sorted((source / "rounds").iterdir()):
+                shutil.copy2(path, replay_dir / path.name)
+            buffer.load_state_dict(json.loads((source / "state.json").read_text(encoding="utf-8")))
+        self.replay_buffer = buffer
+        try:
+            folder = extra_dir(checkpoint, COMPARATOR_PAYLOAD)
+        except FileNotFoundError:
+            return
+        comparator = self.comparator
+        load_files = getattr(comparator, "load_files", None)
+        if callable(load_files) and (folder / "files").exists():
+            load_files(folder / "files")
+        comparator.load_state_dict(_read_state(folder))
+
+
+def _write_state(folder: Path, state: dict) -> None:
+    try:
+        atomic_write_json(folder / "state.json", state)
+    except TypeError:
+        import torch
+
+        torch.save(state, folder / "state.pt")
+
+
+def _read_state(folder: Path) -> dict:
+    if (folder / "state.json").exists():
+        return json.loads((folder / "state.json").read_text(encoding="utf-8"))
+    import torch
+
+    return torch.load(folder / "state.pt", map_location="cpu", weights_only=True)
