@@ -22,6 +22,10 @@ The algorithm, top to bottom (one training step):
 
 Groups whose rewards are all equal are kept (advantage 0) and counted as ``frac_reward_zero_std``.
 
+Output folder, metrics logger, checkpoints (the layout of :mod:`comlrl.checkpoint`), resume lookup,
+``save_model`` and the progress bar come from :class:`comlrl.trainers.core.trainer_core.TrainerCore`, as for
+comlrl's trainers.
+
 The pieces are pure functions in their own modules (those listed in ``__all__`` re-exported here):
 :mod:`pettingllms.trainer.grouping`, :mod:`pettingllms.trainer.problems`,
 :mod:`pettingllms.trainer.micro_batches`, :mod:`pettingllms.trainer.losses`,
@@ -47,6 +51,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -54,11 +59,11 @@ from typing import Any
 
 import torch
 
-from comlrl.checkpoint import TrainerState, find_checkpoint, load_checkpoint, save_checkpoint
 from comlrl.scoring import per_token_logps
 from comlrl.seeding import derive_seed
 from comlrl.trainers.core.models import scoring_mode
 from comlrl.trainers.core.reference import ReferencePolicy
+from comlrl.trainers.core.trainer_core import TrainerCore
 from pettingllms.execution import (
     EngineConfig,
     PolicyConfig,
@@ -97,7 +102,7 @@ __all__ = [
 logger = logging.getLogger("pettingllms.trainer.at_grpo")
 
 
-class ATGRPOTrainer:
+class ATGRPOTrainer(TrainerCore):
     """AT-GRPO (and, with ``sampling_mode="independent"``, the GRPO baseline) over the rollout engine.
 
     Args:
@@ -114,6 +119,11 @@ class ATGRPOTrainer:
 
     Override points: :meth:`generate_and_score` (how a step's samples are produced and rewarded) and
     :meth:`compute_advantages`.
+
+    Checkpoints (:meth:`save_checkpoint`, :meth:`load_checkpoint`) hold the per-policy AdamW optimizers and
+    schedulers, the data cursor ``{"epoch", "index"}``, ``extra`` ``{"engine", "config"}`` (the engine's
+    counters and the config) and :attr:`log_history`: the records this trainer logged, not those logged
+    straight through :attr:`metrics_logger`.
     """
 
     def __init__(
@@ -128,6 +138,7 @@ class ATGRPOTrainer:
         agent_options: Mapping[str, Mapping[str, Any]] | None = None,
         env_worker: Any = None,
     ) -> None:
+        super().__init__()
         self.config = config = config if config is not None else ATGRPOConfig()
         if not isinstance(config, ATGRPOConfig):
             raise TypeError(f"`config` must be an ATGRPOConfig, got {type(config).__name__}")
@@ -186,7 +197,6 @@ class ATGRPOTrainer:
         self.data_cursor: dict[str, int] = {"epoch": 0, "index": 0}
         self.log_history: list[dict[str, float]] = []
         self.last_eval = None
-        self._metrics_logger = None
         self._table = StepTable(policy.policies)
 
     # ------------------------------------------------------------------------------------ override points
@@ -198,6 +208,59 @@ class ATGRPOTrainer:
         """One advantage per sample (see :func:`sample_advantages`)."""
         return sample_advantages(samples, self.config.scale_rewards)
 
+    # ------------------------------------------------------------------------------------ the core's hooks
+    @property
+    def output_dir(self) -> Path:
+        return Path(self.config.output_dir)
+
+    @property
+    def verbose(self) -> bool:
+        return not self.config.disable_tqdm
+
+    def new_metrics_logger(self):
+        from comlrl.reporting import MetricsLogger
+
+        return MetricsLogger(self.output_dir, self.config.report_to, config=self.config.to_dict())
+
+    def checkpoint_step(self) -> int:
+        return self.global_step
+
+    def restore_checkpoint_step(self, step: int) -> None:
+        self.global_step = step
+
+    def checkpoint_optimizers(self) -> Mapping[str, torch.optim.Optimizer]:
+        return self.optimizers
+
+    def checkpoint_schedulers(self) -> Mapping[str, Any]:
+        return self.schedulers
+
+    def state_extra(self) -> dict[str, Any]:
+        return {**super().state_extra(), "engine": self.engine.state_dict(), "config": self.config.to_dict()}
+
+    def load_state_extra(self, extra: Mapping[str, Any]) -> None:
+        super().load_state_extra(extra)
+        self.data_cursor = {"epoch": int(self.data_cursor["epoch"]), "index": int(self.data_cursor["index"])}
+        self.engine.load_state_dict(extra["engine"])
+
+    def checkpoint_log_history(self) -> list[dict]:
+        return self.log_history
+
+    def restore_log_history(self, history: list[dict]) -> None:
+        """The checkpoint's records; on disk, the metrics and transcripts logged after its step are dropped."""
+        self.log_history = list(history)
+        self._truncate_logs(self.global_step)
+
+    def on_fresh_run(self) -> None:
+        """A fresh run replaces the metrics and transcripts an earlier one left in ``output_dir``."""
+        super().on_fresh_run()
+        self._truncate_logs(0)
+
+    def _truncate_logs(self, step: int) -> None:
+        """Drop the metrics and transcripts on disk logged after ``step``."""
+        self.metrics_logger.truncate_after(step)
+        if self.engine.transcripts is not None:
+            self.engine.transcripts.truncate_after(step)
+
     # ------------------------------------------------------------------------------------ training
     def train(self, resume_from_checkpoint: str | bool | None = None) -> list[dict[str, float]]:
         """Run until ``max_steps`` training steps are done; returns the logged metrics history.
@@ -208,24 +271,16 @@ class ATGRPOTrainer:
         would.
         """
         resume = resume_from_checkpoint if resume_from_checkpoint is not None else self.config.resume_from_checkpoint
-        self._resume_or_start(resume)
-        from tqdm.auto import tqdm
-
-        bar = tqdm(
-            total=self.config.max_steps,
-            initial=self.global_step,
-            desc="AT-GRPO" if self.config.sampling_mode == "tree" else "GRPO",
-            unit="step",
-            disable=self.config.disable_tqdm,
-            leave=False,
-        )
-        try:
+        if resume:
+            self.load_checkpoint(resume)
+        elif self.global_step == 0:  # a trainer already stepped by hand continues its own run
+            self.on_fresh_run()
+        desc = "AT-GRPO" if self.config.sampling_mode == "tree" else "GRPO"
+        with self.progress_bar(self.config.max_steps, desc, unit="step", initial=self.global_step) as bar:
             while self.global_step < self.config.max_steps:
                 metrics = self.step()
                 bar.update(1)
                 bar.set_postfix(success=f"{metrics['success_rate']:.2f}", reward=f"{metrics['reward']:.3f}")
-        finally:
-            bar.close()
         return self.log_history
 
     def step(self) -> dict[str, float]:
@@ -400,70 +455,26 @@ class ATGRPOTrainer:
             self._log(metrics, self.global_step)
         return metrics
 
-    # ------------------------------------------------------------------------------------ saving
-    def save_model(self, output_dir: str | Path | None = None) -> Path:
+    # ------------------------------------------------------------------------------------ saving, logging
+    def save_model(self, output_dir: str | os.PathLike | None = None) -> Path:
         """The policies (one folder per policy, LoRA adapters included) and the trainer config."""
         from comlrl.atomic_io import atomic_write_json
 
-        directory = Path(output_dir if output_dir is not None else self.config.output_dir)
-        self.policy.save(directory)
+        directory = super().save_model(output_dir)
         atomic_write_json(directory / "at_grpo_config.json", self.config.to_dict())
         return directory
 
-    def save_checkpoint(self) -> Path:
-        """``output_dir/checkpoint-{global_step}/``: policies, optimizers, schedulers, random streams,
-        data cursor, engine counters and the metrics so far (rotated by ``save_total_limit``)."""
-        state = TrainerState(
-            step=self.global_step,
-            data_cursor=dict(self.data_cursor),
-            log_history=list(self.log_history),
-            extra={"engine": self.engine.state_dict(), "config": self.config.to_dict()},
-        )
-        return save_checkpoint(
-            self.config.output_dir,
-            state,
-            policy=self.policy,
-            optimizers=self.optimizers,
-            schedulers=self.schedulers,
-            save_total_limit=self.config.save_total_limit,
-        )
-
-    def load_checkpoint(self, path: str | Path) -> TrainerState:
-        """Restore a checkpoint into this trainer; later metrics and transcripts are dropped from disk."""
-        state = load_checkpoint(path, policy=self.policy, optimizers=self.optimizers, schedulers=self.schedulers)
-        self.global_step = state.step
-        self.data_cursor = {"epoch": int(state.data_cursor["epoch"]), "index": int(state.data_cursor["index"])}
-        self.log_history = list(state.log_history)
-        self.engine.load_state_dict(state.extra["engine"])
-        self._truncate_logs(state.step)
-        return state
-
-    def _resume_or_start(self, resume: str | bool | None) -> None:
-        """Restore the checkpoint ``resume`` names; a fresh run replaces what an earlier one left in
-        ``output_dir``."""
-        if resume:
-            self.load_checkpoint(
-                find_checkpoint(resume, output_dir=self.config.output_dir, field="resume_from_checkpoint")
-            )
-        elif self.global_step == 0:
-            self._truncate_logs(0)
-
-    def _truncate_logs(self, step: int) -> None:
-        """Drop the metrics and transcripts on disk logged after ``step``."""
-        self.metrics_logger.truncate_after(step)
-        if self.engine.transcripts is not None:
-            self.engine.transcripts.truncate_after(step)
-
-    # ------------------------------------------------------------------------------------ logging
-    @property
-    def metrics_logger(self):
-        if self._metrics_logger is None:
-            from comlrl.reporting import MetricsLogger
-
-            self._metrics_logger = MetricsLogger(
-                self.config.output_dir, self.config.report_to, config=self.config.to_dict()
-            )
-        return self._metrics_logger
+    def save_checkpoint(
+        self,
+        output_dir: str | os.PathLike | None = None,
+        *,
+        step: int | None = None,
+        total_limit: int | None = None,
+    ) -> Path:
+        """``output_dir/checkpoint-{global_step}/`` (see :meth:`TrainerCore.save_checkpoint`), keeping
+        ``total_limit`` checkpoints (default: the config's ``save_total_limit``)."""
+        limit = self.config.save_total_limit if total_limit is None else total_limit
+        return super().save_checkpoint(output_dir, step=step, total_limit=limit)
 
     def _log(self, metrics: Mapping[str, float], step: int) -> None:
         record = self.metrics_logger.log(metrics, step)

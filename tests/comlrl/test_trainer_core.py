@@ -164,3 +164,46 @@ def test_the_schedule_is_composed_not_flagged(tiny_model_path, tmp_path):
     )
     assert isinstance(iterative.rounds, PreferenceRounds) and iterative.last_round_stats is None
     assert not hasattr(MADPOTrainer, "iterative")
+
+
+class OwnRecords(Tiny):
+    """Keeps its step outside the data cursor and checkpoints only the records it logged itself."""
+
+    def __init__(self, path: str, output_dir: Path) -> None:
+        super().__init__(path, output_dir)
+        self.own_records: list[dict] = []
+
+    def step(self) -> None:
+        super().step()
+        self.own_records.append(self.metrics_logger.history[-1])
+        self.metrics_logger.log({"aside": 1.0}, self.steps)  # logged, but not part of the trainer's records
+
+    def restore_checkpoint_step(self, step: int) -> None:
+        self.events.append(f"step {step}")
+
+    def checkpoint_log_history(self) -> list[dict]:
+        return self.own_records
+
+
+def test_the_step_and_the_records_a_checkpoint_keeps_are_override_points(tiny_model_path, tmp_path):
+    trainer = OwnRecords(tiny_model_path, tmp_path / "out")
+    for _ in range(2):
+        trainer.step()
+    path = trainer.save_checkpoint()
+    state = json.loads((path / "trainer_state.json").read_text())
+    assert [sorted(r) for r in state["log_history"]] == [["loss", "step"], ["loss", "step"]]
+    assert len(trainer.metrics_logger.history) == 4
+
+    resumed = OwnRecords(tiny_model_path, tmp_path / "out")
+    resumed.load_checkpoint(path)
+    assert resumed.events[:2] == ["step 2", "own state"]  # the step comes before the JSON state
+    assert resumed.metrics_logger.history == state["log_history"]
+
+
+def test_a_progress_bar_can_start_part_way(tiny_model_path, tmp_path):
+    trainer = Tiny(tiny_model_path, tmp_path / "out")
+    trainer.verbose = True  # a hidden bar does not count
+    with trainer.progress_bar(total=5, desc="steps", initial=2) as bar:
+        assert bar.n == 2
+        bar.update(1)
+        assert bar.n == 3

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from comlrl.policy import MultiAgentPolicy
+from comlrl.trainers.core.trainer_core import TrainerCore
 from pettingllms.execution import EngineConfig, PolicyConfig, RolloutEngine, build_policy, build_router
 from pettingllms.trainer.at_grpo import ATGRPOTrainer
 from pettingllms.trainer.at_grpo_config import ATGRPOConfig
@@ -295,3 +296,32 @@ def test_resume_accepts_a_folder_holding_checkpoints_and_rejects_one_without(tmp
     (tmp_path / "nothing").mkdir()
     with pytest.raises(CheckpointNotFoundError, match="`resume_from_checkpoint` .*no checkpoint at"):
         make_trainer(tmp_path, tiny_model_path, "L1", name="other").train(resume_from_checkpoint=str(tmp_path / "nothing"))
+
+
+class AsideTrainer(BonusTrainer):
+    """Logs a record straight through the metrics logger after every step, as a pipeline stage may."""
+
+    def step(self):
+        metrics = super().step()
+        self.metrics_logger.log({"eval/aside": 1.0}, self.global_step)
+        return metrics
+
+
+def test_checkpoints_hold_the_trainers_own_records_and_state_in_the_core_layout(tmp_path, tiny_model_path):
+    trainer = make_trainer(tmp_path, tiny_model_path, "L1", cls=AsideTrainer, max_steps=2, save_steps=1,
+                           save_total_limit=1)
+    assert isinstance(trainer, TrainerCore) and trainer.output_dir == tmp_path / "run"
+    trainer.train()
+    assert sorted(p.name for p in (tmp_path / "run").glob("checkpoint-*")) == ["checkpoint-2"]
+    state = json.loads((tmp_path / "run" / "checkpoint-2" / "trainer_state.json").read_text())
+    assert list(state["extra"]) == ["engine", "config"] and state["data_cursor"] == trainer.data_cursor
+    assert (tmp_path / "run" / "checkpoint-2" / "optimizer-shared.pt").is_file()
+    assert [r["step"] for r in state["log_history"]] == [1, 2]  # the records logged aside stay out
+    assert len(trainer.metrics_logger.history) == 4
+
+    resumed = make_trainer(tmp_path, tiny_model_path, "L1", cls=AsideTrainer, max_steps=2)
+    loaded = resumed.load_checkpoint(tmp_path / "run")  # a folder holding checkpoints: its latest
+    assert loaded.step == resumed.global_step == 2 and resumed.data_cursor == trainer.data_cursor
+    assert resumed.log_history == state["log_history"]
+    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 4  # nothing after step 2
+    assert (resumed.save_model() / "at_grpo_config.json").is_file()  # default: output_dir

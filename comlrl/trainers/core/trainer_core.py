@@ -75,11 +75,13 @@ class TrainerCore:
     - :attr:`output_dir` (required): where checkpoints, ``save_model`` and the metrics go by default;
     - :meth:`new_metrics_logger`: the :class:`~comlrl.reporting.MetricsLogger`, built on first use;
     - :meth:`checkpoint_step`: the step a checkpoint is named after when none is given;
+      :meth:`restore_checkpoint_step`: the step of the checkpoint being loaded;
     - :meth:`checkpoint_optimizers`, :meth:`checkpoint_schedulers`: named, saved and restored in place;
     - :meth:`state_extra` / :meth:`load_state_extra`: the trainer's own JSON state;
     - :meth:`checkpoint_payloads` / :meth:`restore_payloads`: the trainer's own payload folders;
     - :meth:`check_checkpoint`: refuse a checkpoint before anything is loaded from it;
-    - :meth:`restore_log_history`: what the metrics log becomes on resume;
+    - :meth:`checkpoint_log_history` / :meth:`restore_log_history`: the metrics records a checkpoint keeps,
+      and what the metrics log becomes on resume;
     - :meth:`on_fresh_run`: a fresh run starts (call super: it tells the parts).
 
     Attributes: :attr:`data_cursor`, any JSON value locating the next batch (saved with every checkpoint);
@@ -108,6 +110,10 @@ class TrainerCore:
     def checkpoint_step(self) -> int:
         raise NotImplementedError
 
+    def restore_checkpoint_step(self, step: int) -> None:
+        """The loaded checkpoint's step, given before its data cursor and JSON state (for trainers that keep
+        their step outside the data cursor)."""
+
     def checkpoint_optimizers(self) -> Mapping[str, Any]:
         return {}
 
@@ -130,6 +136,10 @@ class TrainerCore:
 
     def check_checkpoint(self, path: Path, saved: TrainerState) -> None:
         """Raise when the checkpoint at ``path`` cannot continue this trainer (nothing is loaded yet)."""
+
+    def checkpoint_log_history(self) -> list[dict]:
+        """The metrics records a checkpoint keeps: by default everything the metrics logger holds."""
+        return self.metrics_logger.history
 
     def restore_log_history(self, history: list[dict]) -> None:
         """The metrics log becomes the checkpoint's history (in memory and on disk)."""
@@ -173,7 +183,7 @@ class TrainerCore:
         state = TrainerState(
             step=int(step),
             data_cursor=dict(self.data_cursor),
-            log_history=list(self.metrics_logger.history),
+            log_history=list(self.checkpoint_log_history()),
             extra={**self.state_extra(), **parts_state},
         )
         payloads = dict(self.checkpoint_payloads())
@@ -199,8 +209,8 @@ class TrainerCore:
 
     def load_checkpoint(self, path: str | os.PathLike | bool) -> TrainerState:
         """Restore a checkpoint written by :meth:`save_checkpoint` into this trainer: weights, optimizers,
-        schedulers and random streams, then the data cursor and JSON state, then the payloads, then the
-        metrics log."""
+        schedulers and random streams, then the step, the data cursor and JSON state, then the payloads,
+        then the metrics log."""
         path = self.find_checkpoint(path)
         self.check_checkpoint(path, read_trainer_state(path))
         state = load_checkpoint(
@@ -209,6 +219,7 @@ class TrainerCore:
             optimizers=self.checkpoint_optimizers(),
             schedulers=self.checkpoint_schedulers(),
         )
+        self.restore_checkpoint_step(state.step)
         self.data_cursor = dict(state.data_cursor or {})
         self.load_state_extra(state.extra)
         for part in self._parts:
@@ -230,11 +241,14 @@ class TrainerCore:
         return directory
 
     @contextmanager
-    def progress_bar(self, total: int | None = None, desc: str = "", unit: str = "it") -> Iterator[Any]:
-        """A tqdm bar, hidden unless :attr:`verbose`; closed on exit."""
+    def progress_bar(
+        self, total: int | None = None, desc: str = "", unit: str = "it", initial: int = 0
+    ) -> Iterator[Any]:
+        """A tqdm bar starting at ``initial`` (e.g. a resumed step), hidden unless :attr:`verbose`; closed on
+        exit."""
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=total, desc=desc, unit=unit, leave=False, disable=not self.verbose)
+        bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, leave=False, disable=not self.verbose)
         try:
             yield bar
         finally:
