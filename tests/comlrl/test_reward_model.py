@@ -378,7 +378,7 @@ def test_fit_from_config_uses_the_reward_fields(tiny_model_path, tmp_path):
 def test_fit_rejects_bad_arguments_and_non_finite_losses(tiny_model_path):
     model = _model(tiny_model_path)
     pairs = _keyword_pairs(4, seed=0)
-    with pytest.raises(ValueError, match="`epochs` must be an int >= 1"):
+    with pytest.raises(ValueError, match="`epochs` must be an integer >= 1"):
         fit_reward_model(model, pairs, epochs=0)
     with pytest.raises(ValueError, match="`train_pairs` is empty"):
         fit_reward_model(model, [])

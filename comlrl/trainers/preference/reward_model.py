@@ -62,6 +62,7 @@ from torch import nn
 from comlrl.atomic_io import atomic_replace_dir, atomic_write_bytes, atomic_write_json
 from comlrl.seeding import derive_seed
 from comlrl.trainers.core.models import hidden_size, last_token_index
+from comlrl.trainers.core.validation import check_choice, check_int
 
 logger = logging.getLogger(__name__)
 
@@ -282,12 +283,6 @@ class JointEncoding:
         return len(self.input_ids)
 
 
-def _check_side(name: str, value: str, choices: Sequence[str]) -> str:
-    if value not in choices:
-        raise ValueError(f"`{name}` must be one of {tuple(choices)}, got {value!r}")
-    return value
-
-
 class JointRewardModel(nn.Module):
     """A backbone (causal LM or base model) plus a scalar head read at each text's last real token.
 
@@ -326,11 +321,12 @@ class JointRewardModel(nn.Module):
         self.hidden_size = hidden_size(backbone.config)
         self.max_length = max_length
         self.freeze_backbone = bool(freeze_backbone)
-        self.padding_side = _check_side(
-            "padding_side", padding_side or getattr(tokenizer, "padding_side", "right"), ("left", "right")
-        )
-        self.prompt_keep = _check_side("prompt_keep", prompt_keep, KEEP_SIDES)
-        self.response_keep = _check_side("response_keep", response_keep, KEEP_SIDES)
+        self.padding_side = padding_side or getattr(tokenizer, "padding_side", "right")
+        check_choice("padding_side", self.padding_side, ("left", "right"))
+        check_choice("prompt_keep", prompt_keep, KEEP_SIDES)
+        self.prompt_keep = prompt_keep
+        check_choice("response_keep", response_keep, KEEP_SIDES)
+        self.response_keep = response_keep
         self.source = source
         device = next(backbone.parameters()).device
         if head is None:
@@ -620,11 +616,6 @@ def _encode_pairs(model: JointRewardModel, pairs: Sequence[Any]) -> tuple[JointE
     return winners, losers
 
 
-def _check_positive_int(name: str, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"`{name}` must be an int >= 1, got {value!r}")
-
-
 @torch.no_grad()
 def _evaluate_encoded(
     model: JointRewardModel, winners: JointEncoding, losers: JointEncoding, batch_size: int
@@ -644,7 +635,7 @@ def _evaluate_encoded(
 
 def evaluate_reward_model(model: JointRewardModel, pairs: Sequence[Any], *, batch_size: int = 8) -> dict[str, float]:
     """Bradley–Terry loss and pairwise accuracy on ``pairs`` under no_grad (nan for no pairs)."""
-    _check_positive_int("batch_size", batch_size)
+    check_int("batch_size", batch_size, 1, spell_out=True)
     was_training = model.training
     model.eval()
     try:
@@ -685,10 +676,10 @@ def fit_reward_model(
     eval), ``reward_model/train_pairs``, ``reward_model/eval_pairs``, ``reward_model/steps`` and
     ``reward_model/skipped_steps``.
     """
-    _check_positive_int("epochs", epochs)
-    _check_positive_int("batch_size", batch_size)
+    check_int("epochs", epochs, 1, spell_out=True)
+    check_int("batch_size", batch_size, 1, spell_out=True)
     if eval_batch_size is not None:
-        _check_positive_int("eval_batch_size", eval_batch_size)
+        check_int("eval_batch_size", eval_batch_size, 1, spell_out=True)
     if not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
         raise ValueError(f"`lr` must be a finite number > 0, got {lr!r}")
     if not 0 <= max_nonfinite_fraction <= 1:
@@ -812,7 +803,7 @@ class RewardModelOracle:
         batch_size: int | None = None,
     ) -> None:
         if batch_size is not None:
-            _check_positive_int("batch_size", batch_size)
+            check_int("batch_size", batch_size, 1, spell_out=True)
         if agent_prompts is not None and not callable(agent_prompts):
             raise TypeError(f"`agent_prompts` must be callable or None, got {type(agent_prompts).__name__}")
         self.model = model
