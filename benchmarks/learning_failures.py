@@ -1,9 +1,10 @@
 """Where the learning benchmark's multi-agent episodes fail: a breakdown of held-out evaluations.
 
-For each named policy (a seed's warm start, or a finished cell's final policy, which
-``benchmarks/learning.py`` saves to ``<results>/cache/<cell>/final``) it runs the benchmark's sampled
-evaluation (``eval_samples`` trajectories per held-out instance at ``eval_temperature``) and splits the
-episodes by what happened:
+For each named policy (a seed's warm start, or a finished cell's final policy, which the cell's pipeline
+run leaves in ``<results>/cache/<cell>/policies``) it builds the run's policy from the benchmark's config
+and loads those weights (as a resumed pipeline does), runs the benchmark's sampled held-out evaluation
+(:func:`pettingllms.stages.eval.held_out_evaluations`: ``eval.num_samples`` trajectories per instance at
+``eval.temperature``) and splits the episodes by what happened:
 
 - ``success``: episodes that reached the goal; ``solved_at_turn``: share solved at each turn.
 - ``tool_found``: episodes where some ``simulate`` call reached the goal (the team *had* a solution).
@@ -26,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import learning  # the benchmark's settings, policies and trainer
+from benchmarks import learning  # the benchmark's configs
 
 GOAL_REACHED = "goal reached"
 _ACCEPT = re.compile(r"####\s*proposal\s*$", re.IGNORECASE)
@@ -122,36 +123,45 @@ def success_by_distance(per_episode: Mapping[int, Sequence[bool]], distance: Map
 # ================================================================================= running a policy
 
 
-def _load(name: str, results: Path, task: learning.TaskSettings, threads: int):
-    """A trainer whose policy is ``warmstart-seedN`` (multi-agent workflow, L1) or a cell's final policy."""
-    learning._set_threads(threads)
+def _load(name: str, results: Path, task: Sequence[str]) -> tuple[Any, dict[str, Any]]:
+    """``(policy, config)``: ``warmstart-seedN`` (the multi-agent workflow, L1) or a cell's final policy,
+    with the config it ran under (sampled evaluation only)."""
+    from pettingllms.pipeline import POLICIES_DIR
+    from pettingllms.stages.context import build_run_policy
+
     if name.startswith("warmstart-seed"):
-        seed, method_name, final = int(name.removeprefix("warmstart-seed")), "at_grpo_l1", None
+        seed = int(name.removeprefix("warmstart-seed"))
+        config = learning.warm_start_config(seed, task, results)
     else:
         method_name, _, seed_text = name.rpartition("-seed")
-        seed, final = int(seed_text), results / "cache" / name / "final"
-        if method_name not in learning.METHODS or not final.exists():
-            raise SystemExit(f"{name}: no saved final policy at {final} (rerun the cell with this code)")
-    method = learning.METHODS[method_name]
-    if method.roles != learning.WORKFLOW:
-        raise SystemExit(f"{name}: the breakdown covers the tool -> plan workflow, not {method.roles}")
-    warm = json.loads((results / f"warmstart-seed{seed}.json").read_text())
-    policy = learning._policy(method.policy_level, warm["model_dir"], seed, learning.RLSettings())
-    if final is not None:
-        policy.load_weights_(final)
-    out = results / "cache" / "failures-tmp"
-    return learning._trainer(method, policy, task, learning.RLSettings(), seed, out, 1)
+        if method_name not in learning.METHODS:
+            raise SystemExit(f"{name}: not a warm start or a cell; methods: {list(learning.METHODS)}")
+        seed = int(seed_text)
+        warm = json.loads((results / f"warmstart-seed{seed}.json").read_text())
+        config = learning.cell_config(method_name, seed, task, [], results, warm["model_dir"])
+    folder = Path(config["run"]["output_dir"]) / POLICIES_DIR
+    if not folder.exists():
+        raise SystemExit(f"{name}: no saved policy at {folder} (rerun it with this code)")
+    config["eval"]["greedy"] = False
+    policy = build_run_policy(config)
+    if list(policy.agents) != ["tool", "plan"]:
+        raise SystemExit(f"{name}: the breakdown covers the tool -> plan workflow, not {policy.agents}")
+    policy.load_weights_(folder)
+    return policy, config
 
 
-def analyse(name: str, results: Path, task: learning.TaskSettings, threads: int) -> dict[str, Any]:
+def analyse(name: str, results: Path, task: Sequence[str], threads: int) -> dict[str, Any]:
     from pettingllms.registry import make_env
+    from pettingllms.stages.context import workflow_env
+    from pettingllms.stages.eval import held_out_evaluations
 
-    trainer = _load(name, results, task, threads)
-    ids = list(task.eval_seeds)
-    learning.check_task_heldout(task, trainer.config.train_seed_range)
-    trainer.evaluate(ids, num_samples=task.eval_samples, temperature=task.eval_temperature, log=False)
-    result = trainer.last_eval
-    env = make_env("plan_path", task.env_config())
+    learning._set_threads(threads)
+    policy, config = _load(name, results, task)
+    result = held_out_evaluations(policy, config)["sampled"]
+    env_name, fields, _ = workflow_env(config)
+    env = make_env(env_name, fields)
+    start = config["eval"]["seed_start"]
+    ids = range(start, start + config["eval"]["num_instances"])
     levels = {pid: env.initial_state(pid).level for pid in ids}
     breakdown = episode_breakdown(result.samples, {pid: level.start for pid, level in levels.items()})
     distance = {pid: level.dist(level.start) for pid, level in levels.items()}
@@ -202,25 +212,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="+", help="warmstart-seedN or a finished cell, e.g. at_grpo_l1-seed0")
     parser.add_argument("--results", type=Path, default=learning.DEFAULT_RESULTS)
+    parser.add_argument("--task", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="the --task overrides the runs were made with")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--output", type=Path, default=learning.ROOT / "benchmarks" / "results" / "learning_failures.json")
     parser.add_argument("--merge", action="store_true",
-                        help="keep the policies already in --output (same task settings); new ones replace them")
+                        help="keep the policies already in --output (same settings); new ones replace them")
     args = parser.parse_args(argv)
     from comlrl.atomic_io import atomic_write_json
 
-    task = learning.TaskSettings()
+    results = args.results.resolve()
+    settings = {"settings": list(learning.SETTINGS), "task": list(args.task)}
     found: dict[str, Any] = {}
     if args.merge and args.output.exists():
         earlier = json.loads(args.output.read_text())
-        if earlier.get("task") != json.loads(json.dumps(learning.dataclasses.asdict(task))):
-            raise SystemExit(f"--merge: {args.output} was made with other task settings")
+        if {k: earlier.get(k) for k in settings} != settings:
+            raise SystemExit(f"--merge: {args.output} was made with other settings")
         found.update(earlier["policies"])
     for name in args.names:
-        found[name] = analyse(name, args.results, task, args.threads)
+        found[name] = analyse(name, results, args.task, args.threads)
     table = build_table(found)
     print(table)
-    atomic_write_json(args.output, {"task": learning.dataclasses.asdict(task), "policies": found, "table": table})
+    atomic_write_json(args.output, {**settings, "policies": found, "table": table})
     print(f"\nwrote {args.output}")
     return 0
 

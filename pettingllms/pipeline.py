@@ -12,18 +12,21 @@ Stages (``pipeline: [...]`` in the config; each reads the config section of its 
 - ``at_grpo``: :class:`~pettingllms.trainer.ATGRPOTrainer` (tree sampling, per (problem, turn, agent)
   groups); ``grpo``: the same trainer with independent sampling, the single-agent (L0) baseline;
 - ``madpo`` / ``marlhf``: comlrl's iterative preference trainers with the environment as the oracle
-  (:mod:`pettingllms.stages.preference`);
+  (:mod:`pettingllms.stages.env_oracle`);
 - ``eval``: success rate (mean over ``num_samples`` trajectories) on the held-out ``eval`` instances.
   With ``eval.before_training`` an extra ``eval_before`` runs right before the first RL stage, so a run
   prints its success before and after training.
 
-Every stage is a function of one :class:`StageContext` (the resolved config, the shared
-:class:`~comlrl.policy.MultiAgentPolicy`, the stage's folder, the env worker) returning summary metrics.
+Each stage lives in its module of :mod:`pettingllms.stages` as two functions: its settings, built and
+checked from the config (:func:`check_pipeline` builds every stage's once, before the first stage starts,
+and the stage runs with them), and its run, a function of one :class:`StageContext` (the resolved config,
+the shared :class:`~comlrl.policy.MultiAgentPolicy`, the stage's folder and settings, the env worker)
+returning summary metrics. This module plans, checks and runs them.
 
 The run folder (``run.output_dir``)::
 
     config.yaml            the resolved config (every key, after overrides)
-    pipeline_state.json    the stage plan and the stages done, with their summary metrics
+    pipeline_state.json    the stage plan and the stages done, with their summary metrics and seconds
     metrics.jsonl          one record per finished stage (keys ``<stage folder>/<metric>``)
     <stage>/               each stage's own output: metrics.jsonl, checkpoint-N/ (RL stages),
                            policies/ (after a training stage), eval.json (eval stages)
@@ -40,6 +43,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,18 +53,32 @@ from comlrl.atomic_io import atomic_write_json
 from pettingllms.config.loader import (
     RESOLVED_CONFIG_FILE,
     ConfigError,
-    env_arguments,
     load_yaml_file,
     save_resolved_config,
-    section_to_dataclass,
     validate_config,
 )
+from pettingllms.stages.at_grpo import ROLLOUT_FIELDS as ROLLOUT_FIELDS  # re-exported: it lived here
+from pettingllms.stages.at_grpo import at_grpo_config, at_grpo_settings, run_at_grpo
+from pettingllms.stages.context import (
+    RL_STAGES,
+    TRAINING_STAGES,
+    SettingsBuilder,
+    StageContext,
+    build_run_policy,
+    make_env_worker,
+)
+from pettingllms.stages.eval import eval_metrics, eval_settings, evaluate_policy, run_eval
+from pettingllms.stages.madpo import madpo_settings, run_madpo
+from pettingllms.stages.marlhf import marlhf_settings, run_marlhf
+from pettingllms.stages.preference import run_preference_stage
+from pettingllms.stages.sft import run_sft, sft_settings
 
 __all__ = [
     "PIPELINE_STATE_FILE",
     "POLICIES_DIR",
     "RL_STAGES",
     "STAGE_RUNNERS",
+    "STAGE_SETTINGS",
     "Pipeline",
     "PipelineResult",
     "StageContext",
@@ -74,23 +92,31 @@ __all__ = [
     "plan_stages",
     "success_summary",
 ]
+# The madpo / marlhf runner under the name it had here.
+run_preference = run_preference_stage
 
 PIPELINE_STATE_FILE = "pipeline_state.json"
 POLICIES_DIR = "policies"
 PLOTS_DIR = "plots"
 STATE_FORMAT = "pettingllms-pipeline"
-RL_STAGES = ("at_grpo", "grpo", "madpo", "marlhf")
-TRAINING_STAGES = ("sft", *RL_STAGES)
 # ``run`` keys that may differ between a run and its resumption.
 RUN_SWITCHES = ("run.resume", "run.overwrite", "run.progress")
-# ATGRPOConfig fields fed from the `rollout` section: field -> rollout key.
-ROLLOUT_FIELDS = {
-    "temperature": "temperature",
-    "top_p": "top_p",
-    "max_completion_length": "max_completion_length",
-    "num_generations": "num_generations",
-    "greedy_selection": "greedy_branch",
-    "transcript_rate": "transcripts_rate",
+
+STAGE_SETTINGS: dict[str, SettingsBuilder] = {
+    "sft": sft_settings,
+    "at_grpo": at_grpo_settings,
+    "grpo": at_grpo_settings,
+    "madpo": madpo_settings,
+    "marlhf": marlhf_settings,
+    "eval": eval_settings,
+}
+STAGE_RUNNERS: dict[str, Callable[[StageContext], dict[str, float]]] = {
+    "sft": run_sft,
+    "at_grpo": run_at_grpo,
+    "grpo": run_at_grpo,
+    "madpo": run_madpo,
+    "marlhf": run_marlhf,
+    "eval": run_eval,
 }
 
 
@@ -138,286 +164,13 @@ def _flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def at_grpo_config(stage: str, config: Mapping[str, Any], output_dir: str | Path, progress: bool = True):
-    """The :class:`~pettingllms.trainer.ATGRPOConfig` of RL stage ``at_grpo`` or ``grpo``.
-
-    The section holds the trainer's own fields; the policy level and agent map come from ``policy``, the
-    sampling fields from ``rollout`` (:data:`ROLLOUT_FIELDS`), ``seed`` / ``report_to`` from ``run``;
-    ``turn_order`` / ``max_turns`` / ``alpha`` stay the environment's (``env`` section). ``grpo`` samples
-    independently.
-    """
-    from pettingllms.trainer.at_grpo_config import ATGRPOConfig
-
-    if stage not in ("at_grpo", "grpo"):
-        raise ValueError(f"`stage` must be 'at_grpo' or 'grpo', got {stage!r}")
-    rollout, run, policy = config["rollout"], config["run"], config["policy"]
-    values = dict(config[stage])
-    values.update({name: rollout[key] for name, key in ROLLOUT_FIELDS.items()})
-    values.update(
-        policy_level=policy["level"],
-        agent_policies=dict(policy["agents"]),
-        seed=run["seed"],
-        report_to=run["report_to"],
-        output_dir=str(output_dir),
-        disable_tqdm=not progress,
-    )
-    if stage == "grpo":
-        values["sampling_mode"] = "independent"
-    try:
-        return section_to_dataclass(ATGRPOConfig, values, stage)
-    except ConfigError as error:
-        for name, key in ROLLOUT_FIELDS.items():
-            if f"`{name}`" in str(error):
-                raise ConfigError(f"{error} (set through `rollout.{key}`)") from error
-        raise
-
-
-def _check_eval_section(section: Mapping[str, Any]) -> None:
-    for key in ("num_instances", "num_samples"):
-        value = section[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"`eval.{key}` must be an integer >= 1, got {value!r}")
-    if section["temperature"] < 0:
-        raise ConfigError(f"`eval.temperature` must be >= 0 (0: greedy), got {section['temperature']!r}")
-
-
-def check_pipeline(config: Mapping[str, Any]) -> None:
+def check_pipeline(config: Mapping[str, Any]) -> dict[str, Any]:
     """Everything that can be checked before a run starts: :func:`~pettingllms.config.validate_config`,
-    then every stage's settings as its trainer's config (a bad value fails now, not after the warm
-    start). ``grpo`` needs ``policy.level`` L0."""
-    from pettingllms.stages.preference import preference_config
-    from pettingllms.trainer.sft import SFTWarmStartConfig
-
+    then every stage's settings (a bad value fails now, not after the warm start). Returns the settings
+    of each planned stage by folder (:func:`plan_stages`), which the stages then run with."""
     validate_config(config)
-    roles = config["env"]["turn_order"]
-    for stage, _ in plan_stages(config):
-        if stage == "sft":
-            section_to_dataclass(SFTWarmStartConfig, config["sft"], "sft")
-        elif stage in ("at_grpo", "grpo"):
-            if stage == "grpo" and config["policy"]["level"] != "L0":
-                raise ConfigError(
-                    f"stage `grpo` is the single-agent baseline and needs `policy.level` L0, got "
-                    f"{config['policy']['level']!r} (use `at_grpo` with `at_grpo.sampling_mode=independent`)"
-                )
-            at_grpo_config(stage, config, "unused", progress=False)
-        elif stage in ("madpo", "marlhf"):
-            preference_config(stage, config, "unused", len(roles), progress=False)
-        elif stage == "eval":
-            _check_eval_section(config["eval"])
-
-
-# ================================================================================= shared objects
-
-
-def build_run_policy(config: Mapping[str, Any]):
-    """The :class:`~comlrl.policy.MultiAgentPolicy` of a run config (``model`` and ``policy`` sections)."""
-    from pettingllms.execution import PolicyConfig, build_policy
-
-    model, policy, lora = config["model"], config["policy"], config["policy"]["lora"]
-    try:
-        policy_config = PolicyConfig(
-            policy_level=policy["level"],
-            agent_policies=dict(policy["agents"]) or None,
-            model=model["name"],
-            device=model["device"],
-            dtype=None if model["dtype"] == "auto" else model["dtype"],
-            seed=config["run"]["seed"],
-            lora_r=lora["r"],
-            lora_alpha=lora["alpha"],
-            lora_dropout=lora["dropout"],
-            lora_target_modules=list(lora["target_modules"]),
-        )
-    except ValueError as error:
-        raise ConfigError(f"sections `model` / `policy`: {error}") from error
-    return build_policy(policy_config, config["env"]["turn_order"])
-
-
-def make_env_worker(config: Mapping[str, Any]):
-    """A :class:`~pettingllms.sandbox.SandboxPool` when an agent of the config uses the ``python`` tool,
-    else None (the environments' own tools run in-process)."""
-    from pettingllms.registry import make_agents, make_worker
-
-    name, fields, options = env_arguments(config)
-    agents = make_agents(name, fields["turn_order"], options)
-    if any("python" in tuple(getattr(agent, "tools", ()) or ()) for agent in agents):
-        return make_worker("sandbox")
-    return None
-
-
-def _level_env_fields(config: Mapping[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    from pettingllms.execution import level_turn_order
-
-    name, fields, options = env_arguments(config)
-    fields = {**fields, "turn_order": list(level_turn_order(config["policy"]["level"], fields["turn_order"]))}
-    return name, fields, options
-
-
-# ================================================================================= evaluation
-
-
-def eval_metrics(result: Any) -> dict[str, float]:
-    """Summary of an :class:`~pettingllms.execution.EvalResult`: ``success_rate``, ``num_trajectories``,
-    ``dropped``, and per agent role ``agent/<role>/reward_mean`` and ``agent/<role>/parse_error_rate``
-    over its decisions."""
-    metrics = {
-        "success_rate": float(result.success_rate),
-        "num_trajectories": float(result.num_trajectories),
-        "dropped": float(result.dropped),
-    }
-    by_role: dict[str, list[Any]] = {}
-    for sample in result.samples:
-        by_role.setdefault(sample.role, []).append(sample)
-    for role, samples in sorted(by_role.items()):
-        metrics[f"agent/{role}/reward_mean"] = sum(s.reward for s in samples) / len(samples)
-        metrics[f"agent/{role}/parse_error_rate"] = sum(s.parse_error is not None for s in samples) / len(samples)
-    return metrics
-
-
-def evaluate_policy(policy: Any, config: Mapping[str, Any], env_worker: Any = None) -> tuple[dict[str, float], dict]:
-    """Success of ``policy`` on the config's held-out ``eval`` instances: ``(metrics, report)``.
-
-    ``report`` is JSON-ready: the metrics, the instance seeds, ``num_samples``, ``temperature`` and the
-    success rate of each instance.
-    """
-    from pettingllms.execution import EngineConfig, RolloutEngine, build_router
-
-    section, rollout = config["eval"], config["rollout"]
-    _check_eval_section(section)
-    name, fields, options = _level_env_fields(config)
-    if list(policy.agents) != fields["turn_order"]:
-        raise ConfigError(
-            f"the policy's agents {list(policy.agents)} do not match the config's roles {fields['turn_order']} "
-            f"(`env.turn_order` at `policy.level` {config['policy']['level']})"
-        )
-    engine = RolloutEngine.from_registry(
-        name,
-        fields,
-        build_router(policy),
-        EngineConfig(
-            num_generations=1,
-            sampling_mode="independent",
-            top_p=rollout["top_p"],
-            max_completion_length=rollout["max_completion_length"],
-            seed=config["run"]["seed"],
-        ),
-        agent_options=options,
-        env_worker=env_worker,
-    )
-    start, count = section["seed_start"], section["num_instances"]
-    result = engine.evaluate(list(range(start, start + count)), section["num_samples"], float(section["temperature"]))
-    metrics = eval_metrics(result)
-    report = {
-        "metrics": metrics,
-        "seeds": [start, start + count],
-        "num_samples": section["num_samples"],
-        "temperature": float(section["temperature"]),
-        "per_problem": {str(k): v for k, v in result.per_problem.items()},
-    }
-    return metrics, report
-
-
-# ================================================================================= stages
-
-
-@dataclass
-class StageContext:
-    """What a stage works with.
-
-    ``stage`` is the config section (``sft``, ``at_grpo``, ...), ``folder`` its folder under the run
-    (``stage_dir = run_dir / folder``); ``resume`` asks an RL stage to continue from its latest checkpoint.
-    """
-
-    stage: str
-    folder: str
-    config: Mapping[str, Any]
-    policy: Any
-    run_dir: Path
-    env_worker: Any = None
-    resume: bool = False
-    progress: bool = True
-
-    @property
-    def stage_dir(self) -> Path:
-        return self.run_dir / self.folder
-
-    def metrics_logger(self):
-        """A fresh :class:`~comlrl.reporting.MetricsLogger` writing ``stage_dir/metrics.jsonl`` (for stages
-        that do not own a trainer's logger)."""
-        from comlrl.reporting import MetricsLogger
-
-        logger = MetricsLogger(self.stage_dir, self.config["run"]["report_to"])
-        logger.truncate_after(0)
-        return logger
-
-
-def run_sft(context: StageContext) -> dict[str, float]:
-    """The warm start (:func:`pettingllms.trainer.sft.sft_stage`); per-step losses in the stage's metrics."""
-    from pettingllms.trainer.sft import sft_stage
-
-    logger = context.metrics_logger()
-    try:
-        return sft_stage(
-            context.policy, context.config, logger=logger, progress=context.progress, env_worker=context.env_worker
-        )
-    finally:
-        logger.close()
-
-
-def run_at_grpo(context: StageContext) -> dict[str, float]:
-    """AT-GRPO (or, for stage ``grpo``, the independent-sampling baseline) over the shared policy."""
-    from comlrl.checkpoint import latest_checkpoint
-    from pettingllms.trainer.at_grpo import ATGRPOTrainer
-
-    config = context.config
-    name, fields, options = env_arguments(config)
-    trainer = ATGRPOTrainer(
-        at_grpo_config(context.stage, config, context.stage_dir, context.progress),
-        policy=context.policy,
-        env_name=name,
-        env_config=fields,
-        agent_options=options,
-        env_worker=context.env_worker,
-    )
-    resume = latest_checkpoint(context.stage_dir) if context.resume else None
-    history = trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
-    metrics = {"steps": float(trainer.global_step)}
-    last = history[-1] if history else {}
-    for key in ("success_rate", "reward", "reward_std", "frac_reward_zero_std", "parse_error_rate"):
-        if key in last:
-            metrics[f"last/{key}"] = float(last[key])
-    rates = [r["success_rate"] for r in history if "success_rate" in r]
-    if rates:
-        metrics["mean/success_rate"] = sum(rates) / len(rates)
-    return metrics
-
-
-def run_preference(context: StageContext) -> dict[str, float]:
-    """``madpo`` / ``marlhf`` (:func:`pettingllms.stages.preference.run_preference_stage`)."""
-    from pettingllms.stages.preference import run_preference_stage
-
-    return run_preference_stage(context)
-
-
-def run_eval(context: StageContext) -> dict[str, float]:
-    """Held-out success; writes ``eval.json`` (with per-instance rates) and the stage's metrics."""
-    metrics, report = evaluate_policy(context.policy, context.config, context.env_worker)
-    atomic_write_json(context.stage_dir / "eval.json", report)
-    logger = context.metrics_logger()
-    try:
-        logger.log({f"eval/{k}": v for k, v in metrics.items()}, step=0)
-    finally:
-        logger.close()
-    return metrics
-
-
-STAGE_RUNNERS: dict[str, Callable[[StageContext], dict[str, float]]] = {
-    "sft": run_sft,
-    "at_grpo": run_at_grpo,
-    "grpo": run_at_grpo,
-    "madpo": run_preference,
-    "marlhf": run_preference,
-    "eval": run_eval,
-}
+    run_dir, progress = Path(config["run"]["output_dir"]), bool(config["run"]["progress"])
+    return {folder: STAGE_SETTINGS[stage](stage, config, run_dir / folder, progress) for stage, folder in plan_stages(config)}
 
 
 # ================================================================================= the pipeline
@@ -466,7 +219,7 @@ class Pipeline:
     """
 
     def __init__(self, config: Mapping[str, Any], *, policy: Any = None, out: TextIO | None = None, plots: bool = True):
-        check_pipeline(config)
+        self.settings = check_pipeline(config)
         self.config = config
         self.plan = plan_stages(config)
         self.run_dir = Path(config["run"]["output_dir"])
@@ -559,11 +312,15 @@ class Pipeline:
                 continue
             self.say(f"[{index}/{total}] {folder} ...")
             context = StageContext(
-                stage, folder, self.config, policy, self.run_dir, worker, resume=self.resume, progress=self.progress
+                stage, folder, self.config, policy, self.run_dir, worker, resume=self.resume, progress=self.progress,
+                settings=self.settings[folder],
             )
             context.stage_dir.mkdir(parents=True, exist_ok=True)
+            started = time.perf_counter()
             metrics = {k: float(v) for k, v in STAGE_RUNNERS[stage](context).items()}
-            entry: dict[str, Any] = {"stage": stage, "folder": folder, "metrics": metrics}
+            entry: dict[str, Any] = {
+                "stage": stage, "folder": folder, "metrics": metrics, "seconds": time.perf_counter() - started,
+            }
             if stage in TRAINING_STAGES:
                 policy.save(context.stage_dir / POLICIES_DIR)
                 entry["policies"] = f"{folder}/{POLICIES_DIR}"

@@ -16,7 +16,8 @@ Parts:
 - ``quickstart``: ``pettingllms train plan_path/quickstart`` for 10 AT-GRPO steps (10 held-out instances):
   the per-step metrics of every stage and the saved policy tensors;
 - ``learning``: ``benchmarks/learning.py``'s seed-0 AT-GRPO L1 cell (warm start included): success,
-  curve, per-step history and the final policy tensors.
+  curve, per-step history and the final policy tensors (the cell's pipeline run's ``policies/``; before the
+  benchmark ran through the pipeline, its ``final/``).
 """
 
 from __future__ import annotations
@@ -144,15 +145,15 @@ def capture_learning() -> dict:
         cmd = [
             sys.executable, *entry, "--seeds", "0", "--methods", "at_grpo_l1",
             "--threads", "1", "--results", str(results), "--summary", str(Path(tmp) / "summary.json"),
+            "--budget-minutes", "1000",  # no time cap: a busy machine must not cut the cell short
         ]
         subprocess.run(cmd, check=True, cwd=ROOT)
         cell = json.loads((results / "at_grpo_l1-seed0.json").read_text())
         keep = ("success_before", "success_after", "greedy_before", "greedy_after", "completions", "steps",
                 "curve", "history")
-        return {
-            **{k: strip_timing(cell[k]) for k in keep},
-            "final_policy": tensor_hashes(results / "cache" / "at_grpo_l1-seed0" / "final"),
-        }
+        run_dir = results / "cache" / "at_grpo_l1-seed0"
+        final = run_dir / "policies" if (run_dir / "policies").is_dir() else run_dir / "final"  # before: final/
+        return {**{k: strip_timing(cell[k]) for k in keep}, "final_policy": tensor_hashes(final)}
 
 
 def capture(parts: list[str]) -> dict:

@@ -372,16 +372,22 @@ def _plain(value: Any) -> Any:
 
 # ---- sections -> objects ---------------------------------------------------------------------------
 
-def env_arguments(config: Mapping[str, Any]) -> tuple[str, dict[str, Any], dict[str, dict[str, Any]]]:
+def env_arguments(
+    config: Mapping[str, Any], turn_order: Sequence[str] | None = None
+) -> tuple[str, dict[str, Any], dict[str, dict[str, Any]]]:
     """``(env name, env config mapping, agent_options)`` for ``registry.make_env`` / ``make_agents``.
 
     ``env.tools`` becomes the ``tools`` option of the ``tool`` role when that role is in the turn order
-    (``env.agent_options.tool.tools``, if given, wins).
+    (``env.agent_options.tool.tools``, if given, wins). ``turn_order`` plays other roles than
+    ``env.turn_order`` (e.g. the L0 workflow); the options then keep only those roles'.
     """
     env = config["env"]
     fields = {k: v for k, v in env.items() if k not in ENV_KEYS}
-    roles = list(fields.get("turn_order") or ())
     options = {role: dict(opts or {}) for role, opts in (env.get("agent_options") or {}).items()}
+    if turn_order is not None:
+        fields["turn_order"] = list(turn_order)
+        options = {role: opts for role, opts in options.items() if role in fields["turn_order"]}
+    roles = list(fields.get("turn_order") or ())
     if env.get("tools") is not None and "tool" in roles:
         options.setdefault("tool", {}).setdefault("tools", list(env["tools"]))
     return env["name"], fields, options

@@ -50,18 +50,15 @@ def write_sudoku_bank(size: int, count: int, output: str | Path | None = None, f
 
 
 def write_demonstrations(config: str, output: str | Path, overrides: Sequence[str] = ()) -> dict[str, int]:
-    """Oracle demonstrations on the config's ``sft`` seeds as JSONL; returns the count per role."""
+    """The ``sft`` stage's oracle demonstrations (:func:`pettingllms.stages.sft.sft_demonstrations`) as JSONL;
+    returns the count per role."""
     from comlrl.atomic_io import atomic_write_text
-    from pettingllms.config import env_arguments, load_config, section_to_dataclass, validate_config
-    from pettingllms.trainer.demonstrations import make_demonstrations
-    from pettingllms.trainer.sft import SFTWarmStartConfig
+    from pettingllms.config import load_config, validate_config
+    from pettingllms.stages.sft import sft_demonstrations
 
     resolved = load_config(config, list(overrides))
     validate_config(resolved)
-    settings = section_to_dataclass(SFTWarmStartConfig, resolved["sft"], "sft")
-    name, fields, options = env_arguments(resolved)
-    held_out = range(resolved["eval"]["seed_start"], resolved["eval"]["seed_start"] + resolved["eval"]["num_instances"])
-    demos = make_demonstrations(name, fields, settings.seeds, agent_options=options, held_out_seeds=held_out)
+    demos = sft_demonstrations(resolved)
     lines = [
         json.dumps({"role": role, "prompt": demo.prompt, "response": demo.response})
         for role, items in demos.items()

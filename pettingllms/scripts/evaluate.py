@@ -48,7 +48,8 @@ def evaluate_checkpoint(config: str, checkpoint: str | Path, overrides: Sequence
     from comlrl.atomic_io import atomic_write_json
     from comlrl.policy import MultiAgentPolicy
     from pettingllms.config import load_config, validate_config
-    from pettingllms.pipeline import evaluate_policy, make_env_worker
+    from pettingllms.stages.context import make_env_worker
+    from pettingllms.stages.eval import evaluate_policy
 
     resolved = load_config(config, list(overrides))
     validate_config(resolved)

@@ -6,6 +6,11 @@ built (``update_from_env``, exactly what the rollout engine will send to a model
 response text (the agent's ``format_response``). Supervised fine-tuning on these pairs therefore
 teaches the prompt and answer formats the RL stage uses.
 
+With ``late_turn_fraction`` > 0 a share of the episodes first takes a random *detour*
+(:func:`detour_turns`: turns played by a random policy, not recorded) before the oracle takes over, so the
+demonstrations also hold later-turn prompts (tool reports, failed moves); otherwise every recorded episode
+starts from the reset state.
+
 Demonstration instances must not be evaluation instances: :func:`check_disjoint_seeds` is the check,
 and :func:`make_demonstrations` runs it when given the held-out seeds.
 """
@@ -15,18 +20,24 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import random
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from pettingllms.scripted import OraclePolicy, play_episode
+from pettingllms.scripted import OraclePolicy, RandomPolicy, play_episode
 
 __all__ = [
     "Demonstration",
+    "DetourOracle",
     "check_disjoint_seeds",
     "collect_demonstrations",
+    "detour_turns",
     "make_demonstrations",
     "seed_range",
 ]
+
+# Share of the detour's random answers that are junk, so the warm start also sees parse-error reports.
+DETOUR_MALFORMED_PROB = 0.25
 
 logger = logging.getLogger(__name__)
 
@@ -73,14 +84,31 @@ def _describe(seeds: Iterable[int]) -> str:
     return f"{len(values)} seeds in [{min(values)}, {max(values)}]" if values else "none"
 
 
-class _RecordingOracle:
-    """The oracle policy, keeping (role, prompt, response) of every decision it answers."""
+def detour_turns(instance_seed: int, fraction: float, max_turns: int, seed: int) -> int:
+    """Random-play turns before the oracle takes over in a demonstration episode: 0 with probability
+    ``1 - fraction``, else uniform in ``1 .. max_turns - 1`` (drawn from a generator seeded by both seeds)."""
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"`late_turn_fraction` must be in [0, 1], got {fraction}")
+    rng = random.Random(f"detour-{seed}-{instance_seed}")
+    if max_turns < 2 or rng.random() >= fraction:
+        return 0
+    return rng.randint(1, max_turns - 1)
 
-    def __init__(self, tool_candidates: int = 1, seed: int = 0, accept_proposals: bool = False) -> None:
+
+class DetourOracle:
+    """Random answers (some malformed) for the first ``detour`` turns, not recorded; then the oracle's
+    answers (:class:`~pettingllms.scripted.OraclePolicy`), recorded as ``(role, prompt, response)``.
+    ``detour=0`` records a plain oracle episode."""
+
+    def __init__(self, detour: int, seed: int, tool_candidates: int = 1, accept_proposals: bool = False) -> None:
+        self.detour = detour
         self.oracle = OraclePolicy(tool_candidates=tool_candidates, seed=seed, accept_proposals=accept_proposals)
+        self.random = RandomPolicy(seed=seed, malformed_prob=DETOUR_MALFORMED_PROB)
         self.records: list[tuple[str, Any, str]] = []
 
     def respond(self, agent: Any, env: Any) -> str:
+        if env.state.turn < self.detour:
+            return self.random.respond(agent, env)
         if agent.prompt is None:
             raise RuntimeError(f"agent {agent.role!r} answered without a prompt: update_from_env was not called")
         response = self.oracle.respond(agent, env)
@@ -97,17 +125,22 @@ async def collect_demonstrations(
     skip_failed: bool = False,
     tool_candidates: int = 1,
     accept_proposals: bool = False,
+    late_turn_fraction: float = 0.0,
+    detour_seed: int = 0,
 ) -> dict[str, list[Demonstration]]:
     """``{role: [Demonstration, ...]}`` from oracle episodes on ``seeds`` (one agent per turn-order role).
 
     An episode the oracle does not solve (e.g. its answer exceeds the answer-length limit) is an error
     naming the seed, or, with ``skip_failed``, left out with a warning. ``tool_candidates`` and
     ``accept_proposals``: see :class:`~pettingllms.scripted.OraclePolicy` (draws seeded by the instance seed).
+    ``late_turn_fraction``: share of episodes that start with a random detour (:func:`detour_turns`, drawn
+    with ``detour_seed``); an episode whose detour already solved the instance records nothing.
     """
     by_role: dict[str, list[Demonstration]] = {agent.role: [] for agent in agents}
     skipped: list[int] = []
     for seed in seeds:
-        recorder = _RecordingOracle(tool_candidates, seed=seed, accept_proposals=accept_proposals)
+        detour = detour_turns(seed, late_turn_fraction, env.config.max_turns, detour_seed)
+        recorder = DetourOracle(detour, seed=seed, tool_candidates=tool_candidates, accept_proposals=accept_proposals)
         result = await play_episode(env, agents, recorder, seed, env_worker)
         if not result.success:
             if not skip_failed:
@@ -136,13 +169,16 @@ def make_demonstrations(
     skip_failed: bool = False,
     tool_candidates: int = 1,
     accept_proposals: bool = False,
+    late_turn_fraction: float = 0.0,
+    detour_seed: int = 0,
 ) -> dict[str, list[Demonstration]]:
     """Oracle demonstrations per role for registered environment ``env_name`` on instance ``seeds``.
 
     ``env_config`` is the environment's config (dataclass or mapping; its ``turn_order`` names the
     roles); ``agent_options`` are per-role agent options (e.g. ``{"tool": {"tools": ["simulate"]}}``);
     ``tool_candidates`` (calls per tool-agent demonstration) and ``accept_proposals`` (plan agents answer
-    ``#### proposal`` when the proposal solves): see :class:`~pettingllms.scripted.OraclePolicy`.
+    ``#### proposal`` when the proposal solves): see :class:`~pettingllms.scripted.OraclePolicy`;
+    ``late_turn_fraction`` and ``detour_seed``: see :func:`collect_demonstrations`.
     When ``held_out_seeds`` is given, it must be disjoint from ``seeds``. Runs its own event loop; from
     async code, await :func:`collect_demonstrations`.
     """
@@ -158,7 +194,7 @@ def make_demonstrations(
         try:
             return await collect_demonstrations(
                 env, agents, seeds, env_worker=env_worker, skip_failed=skip_failed, tool_candidates=tool_candidates,
-                accept_proposals=accept_proposals,
+                accept_proposals=accept_proposals, late_turn_fraction=late_turn_fraction, detour_seed=detour_seed,
             )
         finally:
             await env.close()

@@ -12,6 +12,9 @@ Policies (:class:`comlrl.policy.MultiAgentPolicy`): each policy gets its own opt
 the L1 shared model on every role's, an L2 adapter (inside ``policy.activate``) and an L3 model on
 its own agent's. Every optimizer step bumps the policy's weights version.
 
+The ``sft`` pipeline stage, which builds the demonstrations and these settings from a run config, is
+:mod:`pettingllms.stages.sft`.
+
 Why not TRL's ``SFTTrainer``: it trains one model with one optimizer per trainer, so L2 (several adapters
 on one peft model, switched per batch) and L3 would need one trainer per policy, each re-tokenizing
 with its own chat-template handling; this loop is short, reuses the engine's prompt rendering and
@@ -24,6 +27,7 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from numbers import Real
 from typing import Any
 
 import torch
@@ -37,7 +41,6 @@ __all__ = [
     "SFTWarmStartConfig",
     "TokenizedExample",
     "sft_loss",
-    "sft_stage",
     "sft_warm_start",
     "tokenize_demonstration",
     "tokenize_demonstrations",
@@ -59,6 +62,12 @@ class SFTWarmStartConfig:
       candidates; see :class:`~pettingllms.scripted.OraclePolicy`); 1: the oracle's answer alone.
     - ``accept_proposals``: plan-agent demonstrations answer ``#### proposal`` when the tool agent's
       proposal solves the state (instead of spelling the answer out).
+    - ``late_turn_fraction``: share of demonstration episodes that first play 1 .. max_turns - 1 random
+      turns (not recorded) before the oracle takes over, so the warm start also sees later-turn prompts
+      (:func:`~pettingllms.trainer.demonstrations.detour_turns`); 0: every episode from the reset state.
+    - ``workflows``: the turn orders the oracle plays, each on every demonstration seed, e.g.
+      ``[[single], [tool, plan]]`` to warm-start one shared model on every role; a role the run's policy
+      does not play trains the run's one policy (L0 / L1). Empty: the run's own workflow.
 
     > Parameters that control training
 
@@ -77,6 +86,12 @@ class SFTWarmStartConfig:
     accept_proposals: bool = field(
         default=False, metadata={"help": "Plan-agent demonstrations answer `#### proposal` when it solves."}
     )
+    late_turn_fraction: float = field(
+        default=0.0, metadata={"help": "Share of demonstration episodes that start with random turns."}
+    )
+    workflows: tuple[tuple[str, ...], ...] = field(
+        default=(), metadata={"help": "Turn orders the oracle plays (empty: the run's workflow)."}
+    )
     epochs: int = field(default=3, metadata={"help": "Passes over each policy's demonstrations."})
     learning_rate: float = field(default=1e-3, metadata={"help": "AdamW learning rate (constant)."})
     batch_size: int = field(default=8, metadata={"help": "Demonstrations per optimizer step."})
@@ -94,6 +109,14 @@ class SFTWarmStartConfig:
             raise ValueError(f"`learning_rate` must be > 0, got {self.learning_rate!r}")
         if not (isinstance(self.max_grad_norm, (int, float)) and self.max_grad_norm >= 0):
             raise ValueError(f"`max_grad_norm` must be >= 0, got {self.max_grad_norm!r}")
+        fraction = self.late_turn_fraction
+        if isinstance(fraction, bool) or not isinstance(fraction, Real) or not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"`late_turn_fraction` must be a number in [0, 1], got {fraction!r}")
+        if isinstance(self.workflows, (str, bytes)) or not all(
+            isinstance(w, (list, tuple)) and w and all(isinstance(r, str) and r for r in w) for w in self.workflows
+        ):
+            raise ValueError(f"`workflows` must be a list of turn orders (lists of role names), got {self.workflows!r}")
+        self.workflows = tuple(tuple(w) for w in self.workflows)
 
     @property
     def seeds(self) -> range:
@@ -157,13 +180,14 @@ def shuffled_batches(num_examples: int, batch_size: int, generator: torch.Genera
 # ---- training --------------------------------------------------------------------------------------
 
 def _policy_examples(
-    policy, demos_by_agent: Mapping[str, Sequence[tuple[Any, str]]], policy_name: str, max_length: int
+    policy, demos_by_role: Mapping[str, Sequence[tuple[Any, str]]], roles: Sequence[str], policy_name: str,
+    max_length: int,
 ) -> tuple[list[TokenizedExample], int, int]:
     handle = policy.handle(policy_name)
     eos = eos_token_ids(handle.model, handle.tokenizer)
     if not eos:
         raise ValueError(f"policy {policy_name!r}: the tokenizer and model define no EOS token to end responses")
-    demos = [d for agent in policy.agents_of(policy_name) for d in demos_by_agent.get(agent, ())]
+    demos = [d for role in roles for d in demos_by_role.get(role, ())]
     examples, dropped = tokenize_demonstrations(demos, handle.tokenizer, eos[0], max_length)
     return examples, dropped, pad_token_id(handle.tokenizer, eos)
 
@@ -180,10 +204,14 @@ def sft_warm_start(
     max_grad_norm: float = 1.0,
     logger=None,
     progress: bool = True,
+    role_policies: Mapping[str, str] | None = None,
 ) -> dict[str, float]:
     """Fine-tune every policy of ``policy`` on its agents' demonstrations; returns summary metrics.
 
-    ``demos_by_agent`` maps agent names to ``(prompt, response)`` pairs. ``logger`` (a
+    ``demos_by_agent`` maps agent names to ``(prompt, response)`` pairs. ``role_policies`` (default: the
+    policy's own agent -> policy map) says which policy learns each role's demonstrations, in the order a
+    policy sees them; it may name roles the policy does not play (e.g. a shared model that also learns the
+    single agent's role). ``logger`` (a
     :class:`comlrl.reporting.MetricsLogger`) receives ``sft/<policy>/loss`` and ``sft/<policy>/grad_norm``
     every step. The summary holds per policy ``examples``, ``dropped_too_long``, ``steps``,
     ``loss_first_step`` (the untrained policy's loss on its first batch), ``loss_epoch<i>`` (mean loss
@@ -195,22 +223,27 @@ def sft_warm_start(
         epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, max_length=max_length,
         max_grad_norm=max_grad_norm,
     )
-    unknown = sorted(set(demos_by_agent) - set(policy.agents))
+    if role_policies is None:
+        role_policies = {agent: policy.policy_name(agent) for agent in policy.agents}
+    unknown = sorted(set(demos_by_agent) - set(role_policies))
     if unknown:
-        raise ValueError(f"`demos_by_agent` names agent(s) {unknown} that the policy lacks; agents: {policy.agents}")
+        raise ValueError(f"`demos_by_agent` names agent(s) {unknown} that the policy lacks; agents: {list(role_policies)}")
+    strays = sorted(set(role_policies.values()) - set(policy.policies))
+    if strays:
+        raise ValueError(f"`role_policies` names policies {strays}; the policy holds {policy.policies}")
 
     plans = []
     metrics: dict[str, float] = {}
     for name in policy.policies:
-        examples, dropped, pad_id = _policy_examples(policy, demos_by_agent, name, config.max_length)
+        roles = [role for role, owner in role_policies.items() if owner == name]
+        examples, dropped, pad_id = _policy_examples(policy, demos_by_agent, roles, name, config.max_length)
         metrics[f"sft/{name}/examples"] = float(len(examples))
         metrics[f"sft/{name}/dropped_too_long"] = float(dropped)
         if dropped:
             log.warning("sft: policy %r dropped %d demonstration(s) longer than max_length=%d",
                         name, dropped, config.max_length)
         if not examples:
-            log.warning("sft: policy %r has no demonstrations (agents %s); it is not trained",
-                        name, policy.agents_of(name))
+            log.warning("sft: policy %r has no demonstrations (roles %s); it is not trained", name, roles)
             continue
         plans.append((name, examples, pad_id))
     total_steps = sum(config.epochs * math.ceil(len(ex) / config.batch_size) for _, ex, _ in plans)
@@ -295,39 +328,3 @@ def _train_policy(policy, name, examples, pad_id, config, seed, logger, bar, ste
     metrics[f"sft/{name}/loss_first"] = epoch_means[0]
     metrics[f"sft/{name}/loss_last"] = epoch_means[-1]
     return step
-
-
-# ---- the pipeline stage ----------------------------------------------------------------------------
-
-def sft_stage(
-    policy,
-    config: Mapping[str, Any],
-    *,
-    held_out_seeds: range | Sequence[int] | None = None,
-    logger=None,
-    progress: bool = True,
-    env_worker: Any = None,
-) -> dict[str, float]:
-    """The ``sft`` stage of a resolved run config: oracle demonstrations on ``sft`` seeds, then
-    :func:`sft_warm_start` with the ``sft`` section's settings and ``run.seed``.
-
-    ``held_out_seeds`` defaults to the ``eval`` section's instances; they must not overlap the
-    demonstration seeds.
-    """
-    from pettingllms.config.loader import env_arguments, section_to_dataclass
-    from pettingllms.trainer.demonstrations import make_demonstrations
-
-    settings = section_to_dataclass(SFTWarmStartConfig, config["sft"], "sft")
-    if held_out_seeds is None:
-        held_out_seeds = range(config["eval"]["seed_start"], config["eval"]["seed_start"] + config["eval"]["num_instances"])
-    env_name, env_fields, agent_options = env_arguments(config)
-    demos = make_demonstrations(
-        env_name, env_fields, settings.seeds, agent_options=agent_options, held_out_seeds=held_out_seeds,
-        env_worker=env_worker, tool_candidates=settings.tool_candidates,
-        accept_proposals=settings.accept_proposals,
-    )
-    return sft_warm_start(
-        policy, demos, epochs=settings.epochs, learning_rate=settings.learning_rate,
-        batch_size=settings.batch_size, seed=config["run"]["seed"], max_length=settings.max_length,
-        max_grad_norm=settings.max_grad_norm, logger=logger, progress=progress,
-    )

@@ -1,14 +1,17 @@
-"""The learning benchmark's bookkeeping: equal-sample budgets, held-out checks, the table and targets."""
+"""The learning benchmark's bookkeeping: its pipeline configs and their keys, equal-sample budgets, the run
+folders read back, the table and targets."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from benchmarks import learning
+from pettingllms.config import ConfigError
 
 
 def test_completions_per_step_bounds_counts_decisions():
@@ -27,13 +30,6 @@ def test_max_steps_for_budget_is_the_smallest_sufficient_count(budget, fewest):
     steps = learning.max_steps_for_budget(budget, fewest)
     assert steps * fewest >= budget
     assert (steps - 1) * fewest < budget
-
-
-def test_check_heldout_rejects_overlap_and_names_the_range():
-    eval_seeds = range(1_000_000, 1_000_050)
-    learning.check_heldout({"train": [0, 100_000], "demos": range(0, 200)}, eval_seeds)
-    with pytest.raises(AssertionError, match=r"train \[999990, 1000001\) overlaps .* \[1000000\]"):
-        learning.check_heldout({"train": [999_990, 1_000_001]}, eval_seeds)
 
 
 def _cell(before, after, completions=100, seconds=60.0):
@@ -69,22 +65,56 @@ def test_table_reports_greedy_means_next_to_the_sampled_ones():
     assert "| 40% | +20 | 25% |" in table
 
 
-def test_rl_overrides_apply_per_method_and_reject_unknown_keys():
-    rls = learning.parse_rl_overrides(["learning_rate=3e-4", "at_grpo_l1.num_generations=8"],
-                                      ["grpo_l0", "at_grpo_l1"])
-    assert rls["grpo_l0"].learning_rate == 3e-4 and rls["grpo_l0"].num_generations == 4
-    assert rls["at_grpo_l1"].num_generations == 8
-    with pytest.raises(SystemExit, match="unknown key 'lr'"):
-        learning.parse_rl_overrides(["lr=1"], ["grpo_l0"])
+def test_rl_overrides_become_stage_keys_that_the_config_loader_checks():
+    items = ["learning_rate=3e-4", "at_grpo_l1.rollout.num_generations=8", "grpo_l0.beta=0.1"]
+    assert learning.rl_overrides(items, "at_grpo_l1") == ["at_grpo.learning_rate=3e-4", "rollout.num_generations=8"]
+    assert learning.rl_overrides(items, "grpo_l0") == ["grpo.learning_rate=3e-4", "grpo.beta=0.1"]
+    with pytest.raises(SystemExit, match="expected"):
+        learning.rl_overrides(["lr"], "grpo_l0")
+    with pytest.raises(ConfigError, match=r"unknown key `at_grpo.lr`"):
+        learning.cell_config("at_grpo_l1", 0, [], ["lr=1"], Path("results"), "small")
 
 
-def test_cell_key_leaves_later_settings_out_at_their_defaults():
-    import dataclasses
+def test_cells_are_pipeline_configs_with_a_step_cap_that_reaches_the_budget(tmp_path):
+    config = learning.cell_config("at_grpo_l1", 2, [], [], tmp_path, "warm/policies/shared", budget_minutes=4)
+    assert config["pipeline"] == ["at_grpo", "eval"] and config["policy"]["level"] == "L1"
+    assert (config["run"]["seed"], config["model"]["name"]) == (2, "warm/policies/shared")
+    stage = config["at_grpo"]
+    # tree, 2 agents, K=4, 4 problems: at least 32 completions a step
+    assert (stage["max_completions"], stage["max_steps"], stage["max_minutes"]) == (4500, math.ceil(4500 / 32), 8.0)
+    assert config["run"]["output_dir"] == str(tmp_path / "cache" / "at_grpo_l1-seed2")
+    grpo = learning.cell_config("grpo_l0", 0, [], ["max_completions=120"], tmp_path, "w")
+    assert grpo["pipeline"] == ["grpo", "eval"] and grpo["grpo"]["max_steps"] == math.ceil(120 / 16)
+    warm = learning.warm_start_config(0, ["env.rows=5"], tmp_path)
+    assert warm["pipeline"] == ["sft", "eval"] and warm["sft"]["workflows"] == [["single"], ["tool", "plan"]]
+    assert warm["env"]["rows"] == 5 and warm["eval"]["greedy"] is True
 
-    task, rl = learning.TaskSettings(), learning.RLSettings()
-    without = {k: v for k, v in dataclasses.asdict(rl).items() if k not in learning.KEY_OMITTED_DEFAULTS}
-    recorded = learning.settings_hash({"method": "at_grpo_l1", "seed": 0, "task": dataclasses.asdict(task),
-                                       "rl": without})
-    assert learning.cell_key("at_grpo_l1", 0, task, rl) == recorded  # cells recorded before the setting match
-    changed = dataclasses.replace(rl, greedy_selection=False)
-    assert learning.cell_key("at_grpo_l1", 0, task, changed) != recorded
+
+def test_settings_keys_follow_the_numbers_not_the_folders(tmp_path):
+    config = learning.cell_config("at_grpo_l1", 0, [], [], tmp_path, "a")
+    key = learning.cell_key(config, "at_grpo_l1", "warm")
+    elsewhere = learning.cell_config("at_grpo_l1", 0, [], [], tmp_path / "other", "b", budget_minutes=20)
+    assert learning.cell_key(elsewhere, "at_grpo_l1", "warm") == key  # folders and the time cap aside
+    assert learning.cell_key(config, "at_grpo_l1", "another warm start") != key
+    changed = learning.cell_config("at_grpo_l1", 0, [], ["rollout.greedy_branch=false"], tmp_path, "a")
+    assert learning.cell_key(changed, "at_grpo_l1", "warm") != key
+    warm = learning.warm_start_key(0, [], tmp_path)
+    assert learning.warm_start_key(0, [], tmp_path / "x") == warm != learning.warm_start_key(1, [], tmp_path)
+    assert learning.warm_start_key(0, ["sft.epochs=2"], tmp_path) != warm
+
+
+def test_rl_history_reads_steps_and_curve_points_from_the_stage_metrics(tmp_path):
+    import json
+
+    records = [
+        {"step": 1, "num_samples": 40.0, "dropped_samples": 2.0, "success_rate": 0.5, "reward": 0.1,
+         "frac_reward_zero_std": 0.25, "parse_error_rate": 0.0, "completions/mean_length": 9.0, "time/step_s": 3.0,
+         "policy/shared/loss": -0.1, "policy/shared/clip_ratio/region_mean": 0.0, "policy/shared/reward": 0.2},
+        {"step": 1, "eval/success_rate": 0.3, "eval/greedy_success_rate": 0.2, "eval/completions": 42.0},
+    ]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    history, points = learning.rl_history(path)
+    assert history == [{"step": 1, "completions": 42, "success_rate": 0.5, "reward": 0.1, "frac_reward_zero_std": 0.25,
+                        "parse_error_rate": 0.0, "mean_length": 9.0, "step_s": 3.0, "policy/shared/loss": -0.1}]
+    assert points == [{"completions": 42, "success": 0.3, "greedy": 0.2}]

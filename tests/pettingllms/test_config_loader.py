@@ -73,6 +73,12 @@ def test_later_override_wins_and_mapping_override_merges():
         ("policy.lora.target_modules=q_proj", "`policy.lora.target_modules`", "list"),
         ("run.report_to=3", "`run.report_to`", "str"),
         ("policy.lora={r: x}", "`policy.lora.r`", "int"),
+        ("sft.late_turn_fraction=half", "`sft.late_turn_fraction`", "float (or int)"),
+        ("sft.workflows=single", "`sft.workflows`", "list"),
+        ("at_grpo.max_completions=1.5", "`at_grpo.max_completions`", "int"),
+        ("grpo.eval_every_completions=x", "`grpo.eval_every_completions`", "int"),
+        ("at_grpo.max_minutes=soon", "`at_grpo.max_minutes`", "float (or int)"),
+        ("eval.greedy=1", "`eval.greedy`", "bool"),
     ],
 )
 def test_override_type_errors_name_the_full_key_and_type(override, key, expected):
@@ -90,6 +96,9 @@ def test_override_type_errors_name_the_full_key_and_type(override, key, expected
         ("env.rowz=5", "`env.rowz`", "wall_density"),
         ("policy.lora.rank=4", "`policy.lora.rank`", "target_modules"),
         ("trainer=1", "`trainer`", "pipeline"),
+        ("at_grpo.max_completion=1", "`at_grpo.max_completion`", "max_completions"),
+        ("eval.greedy_samples=2", "`eval.greedy_samples`", "greedy"),
+        ("sft.late_turns=0.5", "`sft.late_turns`", "late_turn_fraction"),
     ],
 )
 def test_unknown_override_keys_are_errors_listing_known_keys(override, key, known):

@@ -26,6 +26,7 @@ from pettingllms.pipeline import (
     success_summary,
 )
 from pettingllms.plots import select_series
+from pettingllms.stages.at_grpo import CompletionCounter, TrainingLimits
 from pettingllms.stages.preference import EnvOracle, preference_config, preference_items
 
 TINY = [
@@ -109,11 +110,44 @@ def test_at_grpo_config_takes_policy_rollout_and_run_sections():
         ("plan_path/L1", ["pipeline=[madpo]", "madpo.dpo_beta=0"], r"section `madpo`: .*dpo_beta"),
         ("plan_path/L1", ["eval.num_samples=0"], r"`eval.num_samples` must be an integer >= 1"),
         ("plan_path/L1", ["at_grpo.train_seed_range=[0, 2000000]"], r"`at_grpo.train_seed_range` / `eval.seed_start`"),
+        ("plan_path/L1", ["at_grpo.max_completions=-1"], r"section `at_grpo`: `max_completions` must be an integer >= 0"),
+        ("plan_path/L1", ["at_grpo.max_minutes=-2"], r"section `at_grpo`: `max_minutes` must be >= 0"),
+        ("plan_path/L1", ["at_grpo.eval_every_completions=10", "at_grpo.logging_steps=2"], r"need `at_grpo.logging_steps` 1"),
+        ("plan_path/L1", ["pipeline=[at_grpo]", "at_grpo.eval_every_completions=10", "eval.seed_start=5"],
+         r"`at_grpo.eval_every_completions`: at_grpo seeds and eval seeds must be disjoint"),
+        ("plan_path/L1", ["sft.late_turn_fraction=1.5"], r"section `sft`: `late_turn_fraction` must be a number in \[0, 1\]"),
+        ("plan_path/L3", ["sft.workflows=[[single], [tool, plan]]"], r"`sft.workflows` names role\(s\) \['single'\]"),
+        ("plan_path/L1", ["sft.workflows=[[tool, critic]]"], r"`sft.workflows` \['tool', 'critic'\]"),
     ],
 )
 def test_check_pipeline_errors_name_the_key(level, overrides, pattern):
     with pytest.raises(ConfigError, match=pattern):
         check_pipeline(load_config(level, overrides))
+
+
+def test_check_pipeline_builds_each_stage_s_settings_once_for_the_run():
+    config = load_config("plan_path/L1", ["run.output_dir=/tmp/x", "at_grpo.max_completions=300"])
+    settings = check_pipeline(config)
+    assert list(settings) == ["sft", "eval_before", "at_grpo", "eval"]
+    assert settings["at_grpo"].trainer.output_dir == "/tmp/x/at_grpo"  # the stage folder, as it runs
+    assert settings["at_grpo"].limits == TrainingLimits(max_completions=300)
+    assert settings["eval"] == settings["eval_before"] and settings["sft"].num_problems == 200
+    # the stage keys are the stage's, not ATGRPOConfig fields
+    assert not hasattr(at_grpo_config("at_grpo", config, "out"), "max_completions")
+
+
+def test_completion_counter_stops_at_the_budget_and_spaces_evaluations():
+    step = {"num_samples": 40.0, "dropped_samples": 2.0}
+    counter = CompletionCounter(TrainingLimits(max_completions=120, eval_every_completions=50))
+    assert [counter.count(step) for _ in range(2)] == [False, True]  # 42, then 84 >= 50
+    assert counter.next_eval == 100 and not counter.budget_spent
+    assert counter.count(step) is False and counter.budget_spent  # 126: the budget, no evaluation
+    # a resumed run replays its logged steps (not its eval records) and lands where the first one was
+    replayed = CompletionCounter(TrainingLimits(max_completions=120, eval_every_completions=50),
+                                 [{"step": 1, **step}, {"step": 2, **step}, {"step": 2, "eval/success_rate": 0.5}])
+    assert (replayed.completions, replayed.next_eval) == (84, 100)
+    unlimited = CompletionCounter(TrainingLimits())
+    assert not any(unlimited.count(step) for _ in range(5)) and not unlimited.budget_spent
 
 
 def test_preference_config_maps_rollout_and_run():
@@ -251,6 +285,31 @@ def test_an_interrupted_pipeline_resumes_and_ends_equal(tiny_run, tiny_model_pat
     assert _without_timings(run_dir / "at_grpo" / "metrics.jsonl") == _without_timings(
         reference_dir / "at_grpo" / "metrics.jsonl"
     )
+
+
+def test_completion_budget_held_out_curve_and_greedy_success(tiny_run, tmp_path):
+    warm = tiny_run[0] / "sft" / "policies" / "shared"
+    curve_dir = tmp_path / "curve"
+    result, _ = run(tiny_config(
+        warm, curve_dir, "pipeline=[at_grpo, eval]", "at_grpo.save_steps=0", "at_grpo.eval_every_completions=1",
+        "eval.greedy=true",
+    ))
+    records = [json.loads(line) for line in (curve_dir / "at_grpo" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if "num_samples" in r]
+    points = [r for r in records if "eval/completions" in r]
+    assert [r["step"] for r in steps] == [1, 2] and [p["step"] for p in points] == [1, 2]
+    totals = [sum(s["num_samples"] + s["dropped_samples"] for s in steps[: i + 1]) for i in range(2)]
+    assert [p["eval/completions"] for p in points] == totals
+    assert {"eval/success_rate", "eval/greedy_success_rate"} <= set(points[0])
+    report = json.loads((curve_dir / "eval" / "eval.json").read_text())
+    assert report["metrics"]["greedy_success_rate"] == result.stages["eval"]["greedy_success_rate"]
+    assert len(report["greedy"]["per_problem"]) == 3
+    assert "greedy_success_rate" not in tiny_run[1].stages["eval"]  # off by default
+    # the budget ends the stage after the step that reaches it, however many steps max_steps allows
+    budget_dir = tmp_path / "budget"
+    result, _ = run(tiny_config(warm, budget_dir, "pipeline=[at_grpo]", "at_grpo.max_steps=5",
+                                "at_grpo.max_completions=1", "at_grpo.save_steps=0"))
+    assert result.stages["at_grpo"]["steps"] == 1
 
 
 def test_madpo_stage_trains_through_comlrl_with_the_environment_as_oracle(tiny_run, tmp_path):

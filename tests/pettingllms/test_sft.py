@@ -12,16 +12,17 @@ from hypothesis import strategies as st
 from comlrl.policy import MultiAgentPolicy
 from comlrl.rollout.prompts import render_prompt
 from pettingllms.registry import make_agents, make_env
+from pettingllms.stages.sft import sft_stage
 from pettingllms.trainer.demonstrations import (
     Demonstration,
     check_disjoint_seeds,
+    detour_turns,
     make_demonstrations,
     seed_range,
 )
 from pettingllms.trainer.sft import (
     SFTWarmStartConfig,
     sft_loss,
-    sft_stage,
     sft_warm_start,
     shuffled_batches,
     tokenize_demonstration,
@@ -102,6 +103,31 @@ def test_tool_candidates_put_the_oracle_path_among_random_calls_and_the_env_keep
         make_demonstrations("plan_path", SMALL_PATH, seeds, agent_options=TOOLS, tool_candidates=0)
     with pytest.raises(ValueError, match="`tool_candidates` must be an integer >= 1"):
         SFTWarmStartConfig(tool_candidates=0)
+
+
+def test_late_turn_fraction_records_later_turns_after_a_random_detour():
+    config = {**SMALL_PATH, "max_turns": 3}
+    seeds = range(30)
+    plain = make_demonstrations("plan_path", config, seeds, agent_options=TOOLS)
+    assert plain == make_demonstrations("plan_path", config, seeds, agent_options=TOOLS, late_turn_fraction=0.0)
+    late = make_demonstrations("plan_path", config, seeds, agent_options=TOOLS, late_turn_fraction=1.0, detour_seed=3)
+    assert late == make_demonstrations("plan_path", config, seeds, agent_options=TOOLS, late_turn_fraction=1.0,
+                                       detour_seed=3)
+    assert late != plain and late != make_demonstrations(
+        "plan_path", config, seeds, agent_options=TOOLS, late_turn_fraction=1.0, detour_seed=4)
+
+    def turn_of(demo):  # the tool prompt's turn counter
+        return [line for line in demo.prompt[-1]["content"].splitlines() if line.startswith("Turn ")]
+
+    assert {tuple(turn_of(d)) for d in plain["tool"]} == {tuple(turn_of(plain["tool"][0]))}  # every one from turn 1
+    assert len({tuple(turn_of(d)) for d in late["tool"]}) > 1  # later turns too
+    assert len(late["tool"]) < len(plain["tool"])  # a detour that solved the instance records nothing
+    # detours: none at fraction 0, 1 .. max_turns - 1 turns otherwise, seeded by both seeds
+    assert {detour_turns(s, 0.0, 3, 0) for s in range(50)} == {0}
+    assert {detour_turns(s, 1.0, 3, 0) for s in range(50)} == {1, 2}
+    assert detour_turns(7, 0.5, 3, 1) == detour_turns(7, 0.5, 3, 1)
+    with pytest.raises(ValueError, match=r"`late_turn_fraction` must be in \[0, 1\]"):
+        detour_turns(0, 1.5, 3, 0)
 
 
 def test_single_agent_demonstrations_and_text_prompts():
@@ -288,6 +314,36 @@ def test_training_is_seeded_and_leaves_the_callers_rng_alone(tiny_model_path):
     m3, w3 = run(1)
     assert m1 == m2 and all(torch.equal(a, b) for a, b in zip(w1, w2))
     assert not all(torch.equal(a, b) for a, b in zip(w1, w3))  # another seed, another shuffle
+
+
+def test_role_policies_let_a_shared_model_learn_a_role_it_does_not_play(tiny_model_path):
+    demos = {**_demos(range(3)), **make_demonstrations("plan_path", {**SMALL_PATH, "turn_order": ["single"]}, range(3))}
+    policy = MultiAgentPolicy.shared(tiny_model_path, ["tool", "plan"])
+    roles = {"single": "shared", "tool": "shared", "plan": "shared"}
+    metrics = _train(policy, demos, role_policies=roles)
+    assert metrics["sft/shared/examples"] == 9
+    # the order of role_policies is the order of the examples: the same as a policy that plays all three
+    everyone = MultiAgentPolicy.shared(tiny_model_path, ["single", "tool", "plan"])
+    assert _train(everyone, demos) == _train(MultiAgentPolicy.shared(tiny_model_path, ["tool", "plan"]), demos,
+                                             role_policies=roles)
+    with pytest.raises(ValueError, match=r"`role_policies` names policies \['other'\]"):
+        _train(policy, demos, role_policies={**roles, "single": "other"})
+
+
+def test_sft_stage_plays_every_workflow_and_trains_their_roles(tiny_model_path):
+    from pettingllms.config import load_config
+    from pettingllms.stages.sft import sft_demonstrations, sft_role_order, sft_settings
+
+    overrides = ["env.rows=3", "env.cols=3", "sft.num_problems=3", "sft.epochs=1", "sft.batch_size=4",
+                 "sft.workflows=[[single], [tool, plan]]"]
+    config = load_config("plan_path/L1", overrides)
+    settings = sft_settings("sft", config)
+    assert sft_role_order(config, settings) == ["single", "tool", "plan"]
+    assert sft_role_order(load_config("plan_path/L1"), sft_settings("sft", load_config("plan_path/L1"))) == ["tool", "plan"]
+    demos = sft_demonstrations(config, settings)
+    assert {role: len(items) for role, items in demos.items()} == {"single": 3, "tool": 3, "plan": 3}
+    policy = MultiAgentPolicy.shared(tiny_model_path, ["tool", "plan"])
+    assert sft_stage(policy, config, progress=False)["sft/shared/examples"] == 9
 
 
 def test_input_errors_name_what_is_wrong(tiny_model_path):

@@ -1,0 +1,220 @@
+"""The ``at_grpo`` and ``grpo`` stages: :class:`~pettingllms.trainer.ATGRPOTrainer` over the run's policy.
+
+``at_grpo`` samples trees (groups per problem, turn and agent); ``grpo`` is the same trainer with independent
+sampling, the single-agent (L0) baseline. The stage section holds the trainer's own fields plus three stage
+keys (:class:`TrainingLimits`): stop once the sampled completions reach ``max_completions`` or training has
+run ``max_minutes``, and measure held-out success (the ``eval`` section's evaluation) each time another
+``eval_every_completions`` completions were sampled, logged as ``eval/*`` records (with
+``eval/completions``) in the stage's ``metrics.jsonl``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pettingllms.config.loader import ConfigError, section_to_dataclass
+from pettingllms.stages.context import StageContext, workflow_env
+from pettingllms.stages.eval import eval_settings, evaluate_policy
+from pettingllms.trainer.at_grpo import ATGRPOTrainer
+
+__all__ = [
+    "ROLLOUT_FIELDS",
+    "STAGE_KEYS",
+    "ATGRPOStageSettings",
+    "CompletionCounter",
+    "TrainingLimits",
+    "at_grpo_config",
+    "at_grpo_settings",
+    "run_at_grpo",
+]
+
+# ATGRPOConfig fields fed from the `rollout` section: field -> rollout key.
+ROLLOUT_FIELDS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "max_completion_length": "max_completion_length",
+    "num_generations": "num_generations",
+    "greedy_selection": "greedy_branch",
+    "transcript_rate": "transcripts_rate",
+}
+# Section keys that are the stage's, not ATGRPOConfig fields.
+STAGE_KEYS = ("max_completions", "eval_every_completions", "max_minutes")
+
+
+@dataclass
+class TrainingLimits:
+    """When the stage stops early and when it measures held-out success (0: never)."""
+
+    max_completions: int = 0
+    eval_every_completions: int = 0
+    max_minutes: float = 0.0
+
+    def __post_init__(self) -> None:
+        for key in ("max_completions", "eval_every_completions"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"`{key}` must be an integer >= 0 (0: off), got {value!r}")
+        if self.max_minutes < 0:
+            raise ValueError(f"`max_minutes` must be >= 0 (0: no limit), got {self.max_minutes!r}")
+
+
+@dataclass
+class ATGRPOStageSettings:
+    """The checked settings of an ``at_grpo`` / ``grpo`` stage: the trainer's config and the stage's limits."""
+
+    trainer: Any  # ATGRPOConfig
+    limits: TrainingLimits
+
+
+def at_grpo_config(stage: str, config: Mapping[str, Any], output_dir: str | Path, progress: bool = True):
+    """The :class:`~pettingllms.trainer.ATGRPOConfig` of RL stage ``at_grpo`` or ``grpo``.
+
+    The section holds the trainer's own fields (and the stage keys :data:`STAGE_KEYS`, left out here); the
+    policy level and agent map come from ``policy``, the sampling fields from ``rollout``
+    (:data:`ROLLOUT_FIELDS`), ``seed`` / ``report_to`` from ``run``; ``turn_order`` / ``max_turns`` /
+    ``alpha`` stay the environment's (``env`` section). ``grpo`` samples independently.
+    """
+    from pettingllms.trainer.at_grpo_config import ATGRPOConfig
+
+    if stage not in ("at_grpo", "grpo"):
+        raise ValueError(f"`stage` must be 'at_grpo' or 'grpo', got {stage!r}")
+    rollout, run, policy = config["rollout"], config["run"], config["policy"]
+    values = {k: v for k, v in config[stage].items() if k not in STAGE_KEYS}
+    values.update({name: rollout[key] for name, key in ROLLOUT_FIELDS.items()})
+    values.update(
+        policy_level=policy["level"],
+        agent_policies=dict(policy["agents"]),
+        seed=run["seed"],
+        report_to=run["report_to"],
+        output_dir=str(output_dir),
+        disable_tqdm=not progress,
+    )
+    if stage == "grpo":
+        values["sampling_mode"] = "independent"
+    try:
+        return section_to_dataclass(ATGRPOConfig, values, stage)
+    except ConfigError as error:
+        for name, key in ROLLOUT_FIELDS.items():
+            if f"`{name}`" in str(error):
+                raise ConfigError(f"{error} (set through `rollout.{key}`)") from error
+        raise
+
+
+def at_grpo_settings(stage: str, config: Mapping[str, Any], stage_dir: str | Path, progress: bool = True) -> ATGRPOStageSettings:
+    """The checked settings of stage ``at_grpo`` / ``grpo`` (``grpo`` needs ``policy.level`` L0)."""
+    from pettingllms.trainer.demonstrations import check_disjoint_seeds
+
+    if stage == "grpo" and config["policy"]["level"] != "L0":
+        raise ConfigError(
+            f"stage `grpo` is the single-agent baseline and needs `policy.level` L0, got "
+            f"{config['policy']['level']!r} (use `at_grpo` with `at_grpo.sampling_mode=independent`)"
+        )
+    trainer = at_grpo_config(stage, config, stage_dir, progress)
+    limits = section_to_dataclass(TrainingLimits, {k: config[stage][k] for k in STAGE_KEYS}, stage)
+    if (limits.max_completions or limits.eval_every_completions) and trainer.logging_steps != 1:
+        raise ConfigError(
+            f"`{stage}.max_completions` / `{stage}.eval_every_completions` count completions from every step's "
+            f"logged metrics (a resumed run too): they need `{stage}.logging_steps` 1, got {trainer.logging_steps}"
+        )
+    if limits.eval_every_completions:
+        try:
+            check_disjoint_seeds(range(*trainer.train_seed_range), eval_settings("eval", config).seeds,
+                                 f"{stage} seeds", "eval seeds")
+        except ValueError as error:
+            raise ConfigError(f"`{stage}.eval_every_completions`: {error}") from error
+    return ATGRPOStageSettings(trainer, limits)
+
+
+class CompletionCounter:
+    """The completions sampled so far against the limits; ``records`` (a resumed run's logged steps) are
+    counted as if they had just run, so evaluations fall where the uninterrupted run's did."""
+
+    def __init__(self, limits: TrainingLimits, records: Iterable[Mapping[str, float]] = ()) -> None:
+        self.limits = limits
+        self.completions = 0
+        self.next_eval = limits.eval_every_completions or None
+        for record in records:
+            if "num_samples" in record:
+                self.count(record)
+
+    def count(self, metrics: Mapping[str, float]) -> bool:
+        """Add one step's completions (kept and dropped); whether a held-out evaluation is due now."""
+        self.completions += int(metrics["num_samples"] + metrics["dropped_samples"])
+        budget = self.limits.max_completions
+        due = self.next_eval is not None and self.completions >= self.next_eval
+        if due and (not budget or self.completions < budget):  # the stage's last point is the eval stage's
+            self.next_eval += self.limits.eval_every_completions
+            return True
+        return False
+
+    @property
+    def budget_spent(self) -> bool:
+        return bool(self.limits.max_completions) and self.completions >= self.limits.max_completions
+
+
+class _LimitReached(Exception):
+    """Ends :meth:`_LimitedTrainer.train` once a limit is reached."""
+
+
+class _LimitedTrainer(ATGRPOTrainer):
+    """The trainer, stopping at the stage's limits and evaluating held-out success along the way."""
+
+    def __init__(self, config, *, limits: TrainingLimits, evaluate: Callable[[], Mapping[str, float]], **kwargs) -> None:
+        super().__init__(config, **kwargs)
+        self.limits = limits
+        self.evaluate_held_out = evaluate
+        self.counter: CompletionCounter | None = None
+        self.started = time.perf_counter()
+
+    def train(self, resume_from_checkpoint: str | bool | None = None) -> list[dict[str, float]]:
+        self.started = time.perf_counter()
+        try:
+            return super().train(resume_from_checkpoint)
+        except _LimitReached:
+            return self.log_history
+
+    def step(self) -> dict[str, float]:
+        if self.counter is None:  # after a resume has restored the logged steps
+            self.counter = CompletionCounter(self.limits, self.log_history)
+        metrics = super().step()
+        if self.counter.count(metrics):
+            point = {f"eval/{k}": v for k, v in self.evaluate_held_out().items()}
+            self.metrics_logger.log({**point, "eval/completions": float(self.counter.completions)}, self.global_step)
+        minutes = (time.perf_counter() - self.started) / 60
+        if self.counter.budget_spent or (self.limits.max_minutes and minutes >= self.limits.max_minutes):
+            raise _LimitReached
+        return metrics
+
+
+def run_at_grpo(context: StageContext) -> dict[str, float]:
+    """AT-GRPO (or, for stage ``grpo``, the independent-sampling baseline) over the shared policy."""
+    from comlrl.checkpoint import latest_checkpoint
+
+    settings = context.settings_or(at_grpo_settings)
+    config = context.config
+    name, fields, options = workflow_env(config)
+    trainer = _LimitedTrainer(
+        settings.trainer,
+        limits=settings.limits,
+        evaluate=lambda: evaluate_policy(context.policy, config, context.env_worker)[0],
+        policy=context.policy,
+        env_name=name,
+        env_config=fields,
+        agent_options=options,
+        env_worker=context.env_worker,
+    )
+    resume = latest_checkpoint(context.stage_dir) if context.resume else None
+    history = trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
+    metrics = {"steps": float(trainer.global_step)}
+    last = history[-1] if history else {}
+    for key in ("success_rate", "reward", "reward_std", "frac_reward_zero_std", "parse_error_rate"):
+        if key in last:
+            metrics[f"last/{key}"] = float(last[key])
+    rates = [r["success_rate"] for r in history if "success_rate" in r]
+    if rates:
+        metrics["mean/success_rate"] = sum(rates) / len(rates)
+    return metrics

@@ -1,0 +1,123 @@
+"""What every stage works with: the :class:`StageContext`, the roles a run plays, its policy and env worker.
+
+A stage is two functions of its module (:mod:`pettingllms.stages.sft`, ``at_grpo``, ``madpo``, ``marlhf``,
+``eval``): ``<stage>_settings(stage, config, stage_dir, progress)`` builds and checks the stage's settings
+from a resolved run config (the pipeline calls it once for every stage before the first one starts), and
+``run_<stage>(context)`` runs the stage on a :class:`StageContext` and returns its summary metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pettingllms.config.loader import ConfigError, env_arguments
+
+__all__ = [
+    "RL_STAGES",
+    "TRAINING_STAGES",
+    "SettingsBuilder",
+    "StageContext",
+    "build_run_policy",
+    "make_env_worker",
+    "run_workflow",
+    "workflow_env",
+]
+
+RL_STAGES = ("at_grpo", "grpo", "madpo", "marlhf")
+TRAINING_STAGES = ("sft", *RL_STAGES)
+
+# (stage, resolved config, stage folder, progress) -> the stage's checked settings.
+SettingsBuilder = Callable[[str, Mapping[str, Any], Path, bool], Any]
+
+
+@dataclass
+class StageContext:
+    """What a stage works with.
+
+    ``stage`` is the config section (``sft``, ``at_grpo``, ...), ``folder`` its folder under the run
+    (``stage_dir = run_dir / folder``); ``resume`` asks an RL stage to continue from its latest checkpoint;
+    ``settings`` are the stage's settings as the pipeline checked them before the run (None: built by the
+    stage from ``config``).
+    """
+
+    stage: str
+    folder: str
+    config: Mapping[str, Any]
+    policy: Any
+    run_dir: Path
+    env_worker: Any = None
+    resume: bool = False
+    progress: bool = True
+    settings: Any = None
+
+    @property
+    def stage_dir(self) -> Path:
+        return self.run_dir / self.folder
+
+    def settings_or(self, build: SettingsBuilder) -> Any:
+        """The stage's settings: the pipeline's, else ``build``'s from the config."""
+        if self.settings is None:
+            self.settings = build(self.stage, self.config, self.stage_dir, self.progress)
+        return self.settings
+
+    def metrics_logger(self):
+        """A fresh :class:`~comlrl.reporting.MetricsLogger` writing ``stage_dir/metrics.jsonl`` (for stages
+        that do not own a trainer's logger)."""
+        from comlrl.reporting import MetricsLogger
+
+        logger = MetricsLogger(self.stage_dir, self.config["run"]["report_to"])
+        logger.truncate_after(0)
+        return logger
+
+
+def run_workflow(config: Mapping[str, Any]) -> list[str]:
+    """The roles that act in a run, in turn order: ``env.turn_order`` at ``policy.level`` (L0: the
+    environment's ``single`` role alone)."""
+    from pettingllms.execution import level_turn_order
+
+    return list(level_turn_order(config["policy"]["level"], config["env"]["turn_order"]))
+
+
+def workflow_env(
+    config: Mapping[str, Any], turn_order: Sequence[str] | None = None
+) -> tuple[str, dict[str, Any], dict[str, dict[str, Any]]]:
+    """``(env name, env fields, agent options)`` playing ``turn_order`` (default: :func:`run_workflow`)."""
+    return env_arguments(config, run_workflow(config) if turn_order is None else turn_order)
+
+
+def build_run_policy(config: Mapping[str, Any]):
+    """The :class:`~comlrl.policy.MultiAgentPolicy` of a run config (``model`` and ``policy`` sections)."""
+    from pettingllms.execution import PolicyConfig, build_policy
+
+    model, policy, lora = config["model"], config["policy"], config["policy"]["lora"]
+    try:
+        policy_config = PolicyConfig(
+            policy_level=policy["level"],
+            agent_policies=dict(policy["agents"]) or None,
+            model=model["name"],
+            device=model["device"],
+            dtype=None if model["dtype"] == "auto" else model["dtype"],
+            seed=config["run"]["seed"],
+            lora_r=lora["r"],
+            lora_alpha=lora["alpha"],
+            lora_dropout=lora["dropout"],
+            lora_target_modules=list(lora["target_modules"]),
+        )
+    except ValueError as error:
+        raise ConfigError(f"sections `model` / `policy`: {error}") from error
+    return build_policy(policy_config, config["env"]["turn_order"])
+
+
+def make_env_worker(config: Mapping[str, Any]):
+    """A :class:`~pettingllms.sandbox.SandboxPool` when an agent of the config uses the ``python`` tool,
+    else None (the environments' own tools run in-process)."""
+    from pettingllms.registry import make_agents, make_worker
+
+    name, fields, options = workflow_env(config)
+    agents = make_agents(name, fields["turn_order"], options)
+    if any("python" in tuple(getattr(agent, "tools", ()) or ()) for agent in agents):
+        return make_worker("sandbox")
+    return None
