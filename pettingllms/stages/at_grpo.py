@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from comlrl.trainers.core.validation import check_float, check_int
 from pettingllms.config.loader import ConfigError, section_to_dataclass
 from pettingllms.stages.context import StageContext, workflow_env
 from pettingllms.stages.eval import eval_settings, evaluate_policy
@@ -54,12 +55,9 @@ class TrainingLimits:
     max_minutes: float = 0.0
 
     def __post_init__(self) -> None:
-        for key in ("max_completions", "eval_every_completions"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"`{key}` must be an integer >= 0 (0: off), got {value!r}")
-        if self.max_minutes < 0:
-            raise ValueError(f"`max_minutes` must be >= 0 (0: no limit), got {self.max_minutes!r}")
+        check_int("max_completions", self.max_completions, 0, spell_out=True)
+        check_int("eval_every_completions", self.eval_every_completions, 0, spell_out=True)
+        check_float("max_minutes", self.max_minutes, ge=0)
 
 
 @dataclass

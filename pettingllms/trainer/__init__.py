@@ -20,7 +20,7 @@ _LAZY = {
     "rollout_metrics": "pettingllms.trainer.metrics",
     "sample_advantages": "pettingllms.trainer.grouping",
     "SFTWarmStartConfig": "pettingllms.trainer.sft",
-    "sft_stage": "pettingllms.trainer.sft",
+    "sft_stage": "pettingllms.stages.sft",
     "sft_warm_start": "pettingllms.trainer.sft",
     "make_demonstrations": "pettingllms.trainer.demonstrations",
 }

@@ -1,0 +1,38 @@
+"""Every name a package lists in ``__all__`` resolves, lazy exports and re-export modules included (a name
+that moved must still import from where users found it)."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+MODULES = (
+    "comlrl.trainers",
+    "comlrl.trainers.base",
+    "comlrl.trainers.policy_learning",
+    "comlrl.trainers.reference_kl",
+    "comlrl.trainers.preference",
+    "comlrl.trainers.preference.config",
+    "comlrl.trainers.preference.iterative",
+    "comlrl.trainers.preference.oracle",
+    "comlrl.trainers.preference.comparators",
+    "comlrl.trainers.preference.comparators.centralized",
+    "comlrl.trainers.reinforce",
+    "comlrl.trainers.actor_critic",
+    "comlrl.trainers.actor_critic.critics",
+    "pettingllms.trainer",
+    "pettingllms.trainer.at_grpo",
+    "pettingllms.pipeline",
+    "pettingllms.stages.preference",
+    "pettingllms.cli",
+)
+
+
+@pytest.mark.parametrize("module_name", MODULES)
+def test_every_listed_name_resolves(module_name):
+    module = importlib.import_module(module_name)
+    names = getattr(module, "__all__", None)
+    assert names, f"{module_name} lists no __all__"
+    missing = [name for name in names if getattr(module, name, None) is None]
+    assert not missing, f"{module_name}: {missing}"
