@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from comlrl.trainers.core.validation import check_choice
 from pettingllms.stages.context import StageContext
 from pettingllms.stages.env_oracle import STAGE_ONLY_KEYS as STAGE_ONLY_KEYS  # re-exported: it lived here
 from pettingllms.stages.env_oracle import EnvOracle, preference_items
@@ -21,21 +22,16 @@ _SETTINGS = {"madpo": madpo_settings, "marlhf": marlhf_settings}
 _RUNNERS = {"madpo": run_madpo, "marlhf": run_marlhf}
 
 
-def _check_stage(stage: str) -> None:
-    if stage not in PREFERENCE_STAGES:
-        raise ValueError(f"`stage` must be one of {list(PREFERENCE_STAGES)}, got {stage!r}")
-
-
 def preference_config(
     stage: str, config: Mapping[str, Any], output_dir: str | Path, num_agents: int, progress: bool = True
 ) -> Any:
     """The comlrl config of ``stage`` (``MADPOIterConfig`` / ``MARLHFIterConfig``) from a resolved run config
     (:func:`pettingllms.stages.env_oracle.oracle_trainer_config`)."""
-    _check_stage(stage)
+    check_choice("stage", stage, PREFERENCE_STAGES)
     return _SETTINGS[stage](stage, config, output_dir, progress, num_agents)
 
 
 def run_preference_stage(context: StageContext) -> dict[str, float]:
     """Run ``madpo`` or ``marlhf`` (``context.stage``) over ``context.policy``; returns summary metrics."""
-    _check_stage(context.stage)
+    check_choice("stage", context.stage, PREFERENCE_STAGES)
     return _RUNNERS[context.stage](context)

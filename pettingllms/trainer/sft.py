@@ -27,7 +27,6 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from numbers import Real
 from typing import Any
 
 import torch
@@ -36,6 +35,7 @@ from comlrl.rollout.hf import eos_token_ids, pad_token_id
 from comlrl.rollout.prompts import render_prompt
 from comlrl.scoring import completion_logprobs
 from comlrl.seeding import derive_seed
+from comlrl.trainers.core.validation import check_float, check_int
 
 __all__ = [
     "SFTWarmStartConfig",
@@ -100,18 +100,11 @@ class SFTWarmStartConfig:
 
     def __post_init__(self) -> None:
         for name in ("num_problems", "epochs", "batch_size", "max_length", "tool_candidates"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}")
-        if isinstance(self.seed_start, bool) or not isinstance(self.seed_start, int) or self.seed_start < 0:
-            raise ValueError(f"`seed_start` must be an integer >= 0, got {self.seed_start!r}")
-        if not (isinstance(self.learning_rate, (int, float)) and self.learning_rate > 0):
-            raise ValueError(f"`learning_rate` must be > 0, got {self.learning_rate!r}")
-        if not (isinstance(self.max_grad_norm, (int, float)) and self.max_grad_norm >= 0):
-            raise ValueError(f"`max_grad_norm` must be >= 0, got {self.max_grad_norm!r}")
-        fraction = self.late_turn_fraction
-        if isinstance(fraction, bool) or not isinstance(fraction, Real) or not 0.0 <= fraction <= 1.0:
-            raise ValueError(f"`late_turn_fraction` must be a number in [0, 1], got {fraction!r}")
+            check_int(name, getattr(self, name), 1, spell_out=True)
+        check_int("seed_start", self.seed_start, 0, spell_out=True)
+        check_float("learning_rate", self.learning_rate, gt=0, spell_out=True)
+        check_float("max_grad_norm", self.max_grad_norm, ge=0, spell_out=True)
+        check_float("late_turn_fraction", self.late_turn_fraction, ge=0, le=1, spell_out=True)
         if isinstance(self.workflows, (str, bytes)) or not all(
             isinstance(w, (list, tuple)) and w and all(isinstance(r, str) and r for r in w) for w in self.workflows
         ):
