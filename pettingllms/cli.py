@@ -3,14 +3,15 @@
 ::
 
     pettingllms train CONFIG [section.key=value ...] [--resume] [--overwrite] [--no-progress]
-    pettingllms eval CONFIG --checkpoint DIR [section.key=value ...] [--output FILE]
+    pettingllms eval [CONFIG] (--checkpoint DIR | --policy NAME) [section.key=value ...] [--output FILE]
+    pettingllms configs
     pettingllms envs
     pettingllms dataprocess {sudoku-bank,demos} ...
 
-CONFIG is a YAML file or a shipped config named ``<env>/<level>`` (``plan_path/L1``, ``sokoban/L3``).
-Also reachable as ``python -m pettingllms ...``. A bad config, override or argument exits with status 2
-and a one-line error naming the key (no traceback); an interrupted run exits with 130 and says how to
-resume it.
+CONFIG is a YAML file or a shipped config named ``<env>/<name>`` (``plan_path/L1``, ``plan_path/quickstart``;
+``pettingllms configs`` lists them). Also reachable as ``python -m pettingllms ...``. Bad input (a config,
+override, model, data path or argument) exits with status 2 and a one-line error naming it (no traceback),
+before a run folder is made; an interrupted run exits with 130 and says how to resume it.
 """
 
 from __future__ import annotations
@@ -19,9 +20,20 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from pettingllms.scripts.guard import EXIT_INTERRUPTED, EXIT_USAGE, UsageError, run_guarded
+from pettingllms.scripts import help_text
+from pettingllms.scripts.guard import EXIT_INTERRUPTED, EXIT_USAGE, UsageError, UsageParser, run_guarded
 
-__all__ = ["EXIT_INTERRUPTED", "EXIT_USAGE", "UsageError", "build_parser", "list_registered", "main", "run_guarded"]
+__all__ = [
+    "EXIT_INTERRUPTED",
+    "EXIT_USAGE",
+    "UsageError",
+    "build_parser",
+    "list_configs",
+    "list_registered",
+    "main",
+    "run_guarded",
+]
+
 
 def list_registered() -> str:
     """The registered environments with their agent roles, and the env workers, as text."""
@@ -38,8 +50,24 @@ def list_registered() -> str:
     return "\n".join(lines)
 
 
+def list_configs() -> str:
+    """Every shipped config as ``<env>/<name>`` with its one-line description, as text."""
+    from pettingllms.config.loader import config_descriptions
+
+    descriptions = config_descriptions()
+    width = max((len(name) for name in descriptions), default=0)
+    lines = ["shipped configs (pettingllms train <env>/<name>; a YAML file path works too):"]
+    lines += [f"  {name.ljust(width)}  {text}" for name, text in descriptions.items()]
+    return "\n".join(lines)
+
+
 def _envs(args: argparse.Namespace) -> int:
     print(list_registered())
+    return 0
+
+
+def _configs(args: argparse.Namespace) -> int:
+    print(list_configs())
     return 0
 
 
@@ -47,10 +75,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     """The top-level parser and one parser per command."""
     from pettingllms.scripts import dataprocess, evaluate, train
 
-    parser = argparse.ArgumentParser(
-        prog="pettingllms", description="Train and evaluate teams of LLM agents on multi-agent environments."
+    parser = UsageParser(
+        prog="pettingllms",
+        description="Train and evaluate teams of LLM agents on multi-agent environments. Start with: "
+        "pettingllms configs (the shipped configs), then pettingllms train plan_path/quickstart.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,eval,envs,dataprocess}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,eval,configs,envs,dataprocess}")
     commands: dict[str, argparse.ArgumentParser] = {}
     for name, module, text in (
         ("train", train, "run a config's pipeline (sft, at_grpo, grpo, madpo, marlhf, eval)"),
@@ -58,14 +88,18 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         ("dataprocess", dataprocess, "pre-generate puzzle banks and demonstration sets"),
     ):
         command = sub.add_parser(
-            name, help=text, description=(module.__doc__ or text).strip(),
+            name, help=text, description=help_text(module.__doc__ or text),
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         module.add_arguments(command)
         command.set_defaults(handler=module.run)
         commands[name] = command
-    commands["envs"] = sub.add_parser("envs", help="list the registered environments and agents")
-    commands["envs"].set_defaults(handler=_envs)
+    for name, handler, text in (
+        ("configs", _configs, "list the shipped configs with their descriptions"),
+        ("envs", _envs, "list the registered environments and agents"),
+    ):
+        commands[name] = sub.add_parser(name, help=text, description=text)
+        commands[name].set_defaults(handler=handler)
     return parser, commands
 
 

@@ -36,6 +36,8 @@ The run folder (``run.output_dir``)::
 Resume (``run.resume``): the stages done are skipped, the policies are restored from the last finished
 training stage, and an interrupted RL stage continues from its latest checkpoint exactly as the
 uninterrupted run would have. A resumed run must use the same config (``run.*`` switches aside).
+A run that ended before its first stage finished holds nothing to keep: the next command into its folder,
+resumed or not, starts afresh whatever its config (and says so).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ from pettingllms.stages.context import (
     SettingsBuilder,
     StageContext,
     build_run_policy,
+    check_run_inputs,
     make_env_worker,
 )
 from pettingllms.stages.eval import eval_metrics, eval_settings, evaluate_policy, run_eval
@@ -165,10 +168,13 @@ def _flatten(mapping: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def check_pipeline(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Everything that can be checked before a run starts: :func:`~pettingllms.config.validate_config`,
-    then every stage's settings (a bad value fails now, not after the warm start). Returns the settings
-    of each planned stage by folder (:func:`plan_stages`), which the stages then run with."""
+    """Everything that can be checked before a run starts (and before its folder is made):
+    :func:`~pettingllms.config.validate_config`, the model and device
+    (:func:`~pettingllms.stages.context.check_run_inputs`, no model is loaded), then every stage's settings
+    (a bad value fails now, not after the warm start). Returns the settings of each planned stage by folder
+    (:func:`plan_stages`), which the stages then run with."""
     validate_config(config)
+    check_run_inputs(config)
     run_dir, progress = Path(config["run"]["output_dir"]), bool(config["run"]["progress"])
     return {folder: STAGE_SETTINGS[stage](stage, config, run_dir / folder, progress) for stage, folder in plan_stages(config)}
 
@@ -244,8 +250,24 @@ class Pipeline:
             {"format": STATE_FORMAT, "version": 1, "plan": [list(p) for p in self.plan], "completed": completed},
         )
 
+    def _finished_no_stage(self) -> bool:
+        """Whether the run folder holds a run that ended before its first stage finished (nothing to keep)."""
+        try:
+            state = json.loads(self.state_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        return isinstance(state, dict) and state.get("format") == STATE_FORMAT and state.get("completed") == []
+
     def _prepare(self) -> list[dict[str, Any]]:
         """Check the run folder against resume / overwrite; returns the stages already done."""
+        if self._finished_no_stage():
+            asked = "--resume: " if self.resume else ""
+            self.say(
+                f"{asked}{self.run_dir} holds a run that ended before its first stage finished; starting afresh"
+            )
+            self._remove_previous_run()
+            self.resume = False  # nothing of the old run is continued
+            return self._start()
         if self.resume:
             if not self.state_path.is_file():
                 raise ConfigError(
@@ -272,6 +294,10 @@ class Pipeline:
                     "run.output_dir"
                 )
             self._remove_previous_run()
+        return self._start()
+
+    def _start(self) -> list[dict[str, Any]]:
+        """A fresh run folder: the resolved config and a state with no stage done."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         save_resolved_config(self.config, self.run_dir)
         self._write_state([])
@@ -359,9 +385,31 @@ class Pipeline:
         return "\n".join(lines)
 
 
+def _training_rollouts(stage: str, config: Mapping[str, Any]) -> str:
+    """How the training success was sampled: a tree's best-branch success runs above held-out success."""
+    trainer = at_grpo_config(stage, config, ".", progress=False)
+    k = trainer.num_generations
+    if trainer.sampling_mode != "tree":
+        return f"mean over steps of K={k} sampled trajectories per problem"
+    kept = "the best" if trainer.greedy_selection else "candidate 0"
+    return (
+        f"mean over steps; tree rollouts: each decision continues from {kept} of K={k} candidates, held-out "
+        "eval plays each decision once"
+    )
+
+
 def _describe(stage: str, metrics: Mapping[str, float], config: Mapping[str, Any]) -> str:
     if stage == "eval":
-        return f"success {metrics['success_rate']:.3f} on {config['eval']['num_instances']} held-out instances"
+        section = config["eval"]
+        samples = int(section["num_samples"])
+        how = "greedy" if section["temperature"] == 0 else f"temperature {section['temperature']}"
+        line = (
+            f"success {metrics['success_rate']:.3f} on {section['num_instances']} held-out instances x "
+            f"{samples} sample{'s' * (samples != 1)}, {how}"
+        )
+        if samples > 1 and f"pass@{samples}" in metrics:
+            line += f" | pass@{samples} {metrics[f'pass@{samples}']:.3f}"
+        return line
     if stage == "sft":
         if "sft/loss_first" in metrics:
             return f"loss {metrics['sft/loss_first']:.3f} -> {metrics['sft/loss_last']:.3f} ({int(metrics['sft/steps'])} steps)"
@@ -369,6 +417,6 @@ def _describe(stage: str, metrics: Mapping[str, float], config: Mapping[str, Any
     if stage in ("at_grpo", "grpo"):
         parts = [f"{int(metrics['steps'])} steps"]
         if "mean/success_rate" in metrics:
-            parts.append(f"mean training success {metrics['mean/success_rate']:.3f}")
+            parts.append(f"training success {metrics['mean/success_rate']:.3f} ({_training_rollouts(stage, config)})")
         return ", ".join(parts)
     return ", ".join(f"{k} {v:g}" for k, v in metrics.items() if k.startswith("pairs") or k == "iter/current_win_rate")

@@ -8,12 +8,17 @@ parser, step and rewards run unchanged:
 * :class:`RandomPolicy`: a well-formed random answer (and, with ``malformed_prob``, random junk);
 * :class:`RolePolicy`: a different policy per role (e.g. an oracle tool agent and a random plan agent).
 
+Each environment names the scripted policies it can be played by in its ``scripted_policies`` (the games:
+``oracle`` and ``random``); :func:`make_scripted_policy` builds one by that name, as
+``pettingllms eval CONFIG --policy scripted:NAME`` does.
+
 :func:`play_episode` is the plain sequential loop (one instance, one agent at a time); the batched,
 tree-sampling engine lives in :mod:`pettingllms.execution`.
 """
 
 from __future__ import annotations
 
+import importlib
 import random
 import string
 from collections.abc import Mapping, Sequence
@@ -23,7 +28,16 @@ from typing import Any, Protocol, runtime_checkable
 from pettingllms.envs.base import BaseEnv, StepResult
 from pettingllms.envs.game import ACCEPT_PROPOSAL
 
-__all__ = ["EpisodeResult", "OraclePolicy", "RandomPolicy", "RolePolicy", "ScriptedPolicy", "play_episode"]
+__all__ = [
+    "EpisodeResult",
+    "OraclePolicy",
+    "RandomPolicy",
+    "RolePolicy",
+    "ScriptedPolicy",
+    "make_scripted_policy",
+    "play_episode",
+    "scripted_policy_names",
+]
 
 
 @runtime_checkable
@@ -111,6 +125,23 @@ class RolePolicy:
         if policy is None:
             raise KeyError(f"no policy for role {agent.role!r}; roles with a policy: {sorted(self.policies)}")
         return policy.respond(agent, env)
+
+
+def scripted_policy_names(env: BaseEnv | type[BaseEnv]) -> list[str]:
+    """The scripted policies an environment (instance or class) declares, sorted."""
+    return sorted(env.scripted_policies)
+
+
+def make_scripted_policy(env: BaseEnv | type[BaseEnv], name: str) -> ScriptedPolicy:
+    """A fresh scripted policy ``name`` of those ``env`` declares; a name it does not declare is a
+    ValueError listing the ones it has."""
+    declared = env.scripted_policies
+    if name not in declared:
+        env_name = env.name or (env.__name__ if isinstance(env, type) else type(env).__name__)
+        have = ", ".join(sorted(declared)) or "none"
+        raise ValueError(f"environment {env_name!r} has no scripted policy {name!r}; it has: {have}")
+    module, _, attribute = declared[name].partition(":")
+    return getattr(importlib.import_module(module), attribute)()
 
 
 @dataclass

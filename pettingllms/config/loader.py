@@ -12,9 +12,9 @@ this order:
 
 Every step after the first checks keys and types against what is already there:
 
-* a key that is not in the schema is an error naming its dotted path and the known keys around it,
-  except inside an *open mapping*: a mapping that is empty (``{}``) in ``defaults.yaml``
-  (``policy.agents``, ``env.agent_options``) takes any keys;
+* a key that is not in the schema is an error naming its dotted path, the closest known key ("did you
+  mean") and the known keys around it, except inside an *open mapping*: a mapping that is empty
+  (``{}``) in ``defaults.yaml`` (``policy.agents``, ``env.agent_options``) takes any keys;
 * a value must have the type of the value it replaces: ``int`` is accepted (and stored as float) where
   a float was, ``None`` accepts anything, mappings merge key by key, lists and open mappings are
   replaced whole (``policy.agents={single: single}`` leaves no other role behind).
@@ -22,6 +22,10 @@ Every step after the first checks keys and types against what is already there:
 Values are read as YAML (``true``, ``3``, ``0.5``, ``[a, b]``, ``null``); unlike PyYAML's YAML 1.1
 default, ``1e-4`` is a float as in YAML 1.2. :func:`validate_config` then checks what spans keys (the
 environment's own validation, agent roles against ``policy.agents``, stage names, seed ranges).
+
+Shipped configs are named ``<env>/<name>`` (``plan_path/L1``, ``plan_path/quickstart``): every YAML file
+under ``<env>/`` but ``base.yaml``, which only serves as ``base:``. :func:`shipped_configs` lists them and
+:func:`config_descriptions` gives each one's description, its file's first comment line.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from typing import Any
 import yaml
 
 from comlrl.atomic_io import atomic_write_text
+from comlrl.trainers.core.validation import closest_name
 
 __all__ = [
     "CONFIG_DIR",
@@ -45,6 +50,8 @@ __all__ = [
     "STAGES",
     "ConfigError",
     "apply_override",
+    "config_descriptions",
+    "config_name",
     "env_arguments",
     "find_config",
     "load_config",
@@ -65,6 +72,8 @@ STAGES: tuple[str, ...] = ("sft", "at_grpo", "grpo", "madpo", "marlhf", "eval")
 #: Keys of the ``env`` section that are not fields of the environment's config class.
 ENV_KEYS: tuple[str, ...] = ("name", "tools", "agent_options")
 BASE_KEY = "base"
+#: File name of an environment's shared settings: a ``base:`` of the shipped configs, not one itself.
+BASE_FILE = "base.yaml"
 
 
 class ConfigError(ValueError):
@@ -143,12 +152,18 @@ def check_type(path: Sequence[str], value: Any, existing: Any, where: str = "") 
     return value
 
 
+def did_you_mean(name: str, known: Iterable[str], prefix: str = "") -> str:
+    """``"did you mean `<prefix><closest>`? "`` for a misspelled ``name``, or ``""`` when nothing is close."""
+    close = closest_name(name, known)
+    return f"did you mean `{prefix}{close}`? " if close is not None else ""
+
+
 def _unknown_key(path: Sequence[str], key: str, known: Iterable[str], where: str = "") -> ConfigError:
     source = f" ({where})" if where else ""
     section = f"`{_dotted(path)}`" if path else "the top level"
-    return ConfigError(
-        f"unknown key `{_dotted([*path, key])}`{source}; known keys of {section}: {sorted(known)}"
-    )
+    known = sorted(known)
+    guess = did_you_mean(key, known, prefix=f"{_dotted(path)}." if path else "")
+    return ConfigError(f"unknown key `{_dotted([*path, key])}`{source}; {guess}known keys of {section}: {known}")
 
 
 def _is_open(path: Sequence[str], open_paths: set[tuple[str, ...]]) -> bool:
@@ -253,20 +268,37 @@ def apply_override(
 # ---- files -----------------------------------------------------------------------------------------
 
 def find_config(name: str | Path) -> Path:
-    """An existing YAML path, or a shipped config named ``"<env>/<level>"`` (e.g. ``"plan_path/L1"``)."""
+    """An existing YAML path, or a shipped config named ``"<env>/<name>"`` (e.g. ``"plan_path/L1"``)."""
     path = Path(name)
     if path.is_file():
         return path
-    shipped = CONFIG_DIR / f"{str(name).removesuffix('.yaml')}.yaml"
-    if shipped.is_file():
-        return shipped
-    known = [str(p.relative_to(CONFIG_DIR).with_suffix("")) for p in shipped_configs()]
-    raise ConfigError(f"config {str(name)!r} is neither a file nor a shipped config; shipped: {known}")
+    shipped = {config_name(p): p for p in shipped_configs()}
+    wanted = str(name).removesuffix(".yaml")
+    if wanted in shipped:
+        return shipped[wanted]
+    raise ConfigError(
+        f"config {str(name)!r} is neither a file nor a shipped config; {did_you_mean(wanted, shipped)}"
+        f"shipped: {sorted(shipped)} (`pettingllms configs` describes them)"
+    )
 
 
 def shipped_configs() -> list[Path]:
-    """The shipped ``<env>/<level>.yaml`` files."""
-    return sorted(p for p in CONFIG_DIR.glob("*/L[0-9].yaml"))
+    """Every shipped config file, ``<env>/<name>.yaml`` (the ``base.yaml`` files aside), sorted."""
+    return sorted(p for p in CONFIG_DIR.glob("*/*.yaml") if p.name != BASE_FILE)
+
+
+def config_name(path: str | Path) -> str:
+    """The ``<env>/<name>`` of a shipped config file."""
+    return str(Path(path).resolve().relative_to(CONFIG_DIR).with_suffix(""))
+
+
+def config_descriptions() -> dict[str, str]:
+    """``{"<env>/<name>": one-line description}`` of every shipped config: its file's first comment line."""
+    out = {}
+    for path in shipped_configs():
+        first = next((line for line in path.read_text(encoding="utf-8").splitlines() if line.startswith("#")), "#")
+        out[config_name(path)] = first.lstrip("#").strip()
+    return out
 
 
 def read_chain(path: str | Path) -> list[tuple[Path, dict[str, Any]]]:
@@ -407,8 +439,9 @@ def section_to_dataclass(cls: type, mapping: Mapping[str, Any] | None, section_n
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = [k for k in mapping if k not in fields]
     if unknown:
+        guess = did_you_mean(unknown[0], fields, prefix=f"{section_name}.")
         raise ConfigError(
-            f"unknown key `{section_name}.{unknown[0]}` for {cls.__name__}; known keys of "
+            f"unknown key `{section_name}.{unknown[0]}` for {cls.__name__}; {guess}known keys of "
             f"`{section_name}`: {sorted(fields)}"
         )
     missing = [
@@ -478,7 +511,7 @@ def validate_config(config: Mapping[str, Any]) -> None:
     name, fields, options = env_arguments(config)
     try:
         env = make_env(name, fields)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, OSError) as exc:  # OSError: a data file it reads (a Sudoku bank) is missing
         raise ConfigError(f"section `env`: {exc}") from exc
     roles = list(env.config.turn_order)
     try:

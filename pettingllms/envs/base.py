@@ -133,6 +133,11 @@ class BaseEnv(ABC, Generic[StateT]):
     roles: ClassVar[tuple[str, ...]] = ()
     #: Whether the whole state is plain Python that :func:`copy.deepcopy` copies faithfully.
     copyable: ClassVar[bool] = True
+    #: Scripted policies that can play this environment without a model (``pettingllms eval --policy
+    #: scripted:NAME``), as ``{name: "package.module:Factory"}``: ``Factory()`` answers an agent's prompt
+    #: with ``respond(agent, env)`` (:mod:`pettingllms.scripted`). Import paths, because those policies
+    #: import the environments.
+    scripted_policies: ClassVar[Mapping[str, str]] = {}
 
     def __init__(self, config: EnvConfig | Mapping[str, Any] | None = None) -> None:
         if config is None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -158,6 +158,11 @@ class GameEnv(BaseEnv[GS], Generic[GS]):
     config_class: ClassVar[type[EnvConfig]] = GameConfig
     roles: ClassVar[tuple[str, ...]] = ("tool", "plan", "single")
     spec: ClassVar[GameSpec]
+    # Every game has a solver (oracle_answer) and random well-formed answers (random_answer).
+    scripted_policies: ClassVar[Mapping[str, str]] = {
+        "oracle": "pettingllms.scripted:OraclePolicy",
+        "random": "pettingllms.scripted:RandomPolicy",
+    }
 
     def answer_spec(self) -> Any:
         """Immutable parameters the answer parser needs (limits, board size)."""

@@ -28,6 +28,7 @@ are ordinary samples carrying the environment's failure reward, counted per labe
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import time
@@ -48,11 +49,13 @@ from pettingllms.execution.samples import TRAJECTORY_RETURNS, GroupKey, ProblemO
 from pettingllms.execution.transcripts import TranscriptWriter
 from pettingllms.execution.tree import fresh_copies, select_branch, selection_rng
 
-__all__ = ["SAMPLING_MODES", "EngineConfig", "RolloutEngine"]
+__all__ = ["SAMPLING_MODES", "EngineConfig", "ProgressHook", "RolloutEngine"]
 
 logger = logging.getLogger("pettingllms.execution")
 
 SAMPLING_MODES: tuple[str, ...] = ("tree", "independent")
+#: ``on_progress(finished outcomes, total trajectories)`` of :meth:`RolloutEngine.evaluate`.
+ProgressHook = Callable[[Sequence[ProblemOutcome], int], None]
 
 
 @dataclass
@@ -265,17 +268,31 @@ class RolloutEngine:
         return batch
 
     def evaluate(
-        self, problem_ids: Sequence[int], num_samples: int = 1, temperature: float = 0.0, step: int = 0
+        self,
+        problem_ids: Sequence[int],
+        num_samples: int = 1,
+        temperature: float = 0.0,
+        step: int = 0,
+        on_progress: ProgressHook | None = None,
     ) -> EvalResult:
         """Synchronous :meth:`aevaluate`."""
         _require_no_loop("evaluate", "aevaluate")
-        return asyncio.run(self.aevaluate(problem_ids, num_samples, temperature, step))
+        return asyncio.run(self.aevaluate(problem_ids, num_samples, temperature, step, on_progress))
 
     async def aevaluate(
-        self, problem_ids: Sequence[int], num_samples: int = 1, temperature: float = 0.0, step: int = 0
+        self,
+        problem_ids: Sequence[int],
+        num_samples: int = 1,
+        temperature: float = 0.0,
+        step: int = 0,
+        on_progress: ProgressHook | None = None,
     ) -> EvalResult:
         """Success rate over ``num_samples`` independent trajectories per problem at ``temperature``
-        (0: greedy). Seeds come from the ``"eval"`` stream; no transcripts are written."""
+        (0: greedy). Seeds come from the ``"eval"`` stream; no transcripts are written.
+
+        ``on_progress(finished, total)`` is called after every decision point with the outcomes of the
+        trajectories finished so far (dropped ones included) and the number of trajectories; it only
+        observes (a progress bar), so results do not depend on it."""
         ids = _check_problem_ids(problem_ids)
         if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
             raise ValueError(f"`num_samples` must be an integer >= 1, got {num_samples!r}")
@@ -283,7 +300,10 @@ class RolloutEngine:
             raise ValueError(f"`temperature` must be a finite number >= 0, got {temperature!r}")
         params = self.config.sampling_params(n=1, temperature=float(temperature))
         batch = RolloutBatch(step=step, mode="independent", samples=[], outcomes=[])
-        await self._independent(ids, step, params, batch, stream="eval", k=num_samples)
+        # batch.outcomes grows in place: the hook sees every trajectory finished so far.
+        total = len(ids) * num_samples
+        report = None if on_progress is None else functools.partial(on_progress, batch.outcomes, total)
+        await self._independent(ids, step, params, batch, stream="eval", k=num_samples, after_decision=report)
         return summarize_eval(batch.outcomes, float(temperature), batch.samples)
 
     def state_dict(self) -> dict[str, Any]:
@@ -520,6 +540,7 @@ class RolloutEngine:
         batch: RolloutBatch,
         stream: str,
         k: int | None = None,
+        after_decision: Callable[[], None] | None = None,
     ) -> None:
         import copy
 
@@ -589,6 +610,8 @@ class RolloutEngine:
                             )
                             batch.samples.extend(episode.samples)
                             batch.outcomes.append(_outcome(episode))
+                    if after_decision is not None:
+                        after_decision()
             for episode in episodes:
                 if episode.alive:
                     raise RuntimeError(

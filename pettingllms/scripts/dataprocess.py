@@ -26,8 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     bank.add_argument("--givens", type=int, default=None)
     bank.add_argument("--output", type=Path, default=None, help="default: the packaged bank of that size")
     demos = sub.add_parser("demos", help="write the sft stage's oracle demonstrations as JSONL")
-    demos.add_argument("config", help="config file, or <env>/<level>")
-    demos.add_argument("overrides", nargs="*", metavar="section.key=value")
+    demos.add_argument("config", help="config file, or a shipped config as <env>/<name>")
+    demos.add_argument("overrides", nargs="*", default=[], metavar="section.key=value")
     demos.add_argument("--output", type=Path, required=True)
 
 
@@ -79,9 +79,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from pettingllms.scripts.guard import run_guarded
+    from pettingllms.scripts import help_text
+    from pettingllms.scripts.guard import UsageParser, run_guarded
 
-    parser = argparse.ArgumentParser(prog="python -m pettingllms.scripts.dataprocess", description=__doc__.splitlines()[0])
+    parser = UsageParser(
+        prog="python -m pettingllms.scripts.dataprocess", description=help_text(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_arguments(parser)
     return run_guarded(run, parser.parse_args(argv))
 

@@ -1,84 +1,320 @@
-"""``pettingllms eval CONFIG --checkpoint DIR [section.key=value ...]``: held-out success of saved policies.
+"""pettingllms eval [CONFIG] (--checkpoint DIR | --policy NAME) [section.key=value ...] [--output FILE]
 
-DIR is a saved policy folder (holding ``policy_layout.json``: a run's ``policies/``, a stage's
-``policies/`` or a ``checkpoint-N/``) or a run folder (its ``policies/`` is used). The ``eval`` section
-of the config names the instances (``seed_start``, ``num_instances``), ``num_samples`` and ``temperature``.
-Prints the metrics and writes them as JSON (``--output``, default ``DIR/eval_results.json``).
+Held-out success of saved policies, or of an environment's scripted policy. Give exactly one of:
+
+  --checkpoint DIR  saved policies: a policies/ folder (it holds policy_layout.json), a checkpoint-N/
+                    folder, or a run folder (its policies/ are evaluated).
+  --policy NAME     a scripted policy of the environment, played through the same rollout engine
+                    without loading any model: oracle, random, or scripted:NAME for another policy the
+                    environment declares. It checks an environment and its instances before training.
+
+CONFIG is a YAML file or a shipped config named <env>/<name> (plan_path/L1; pettingllms configs lists
+them). It names the environment, the policy level and the eval section: the held-out instances
+(eval.seed_start, eval.num_instances), the samples per instance (eval.num_samples) and their temperature
+(eval.temperature; 0 is greedy). When DIR is a run folder or lies inside one, CONFIG may be left out: the
+run's resolved config (RUN/config.yaml) is used, its eval section included, so the command evaluates the
+policies the way the run evaluated itself and reproduces its final eval. Overrides apply on top.
+
+Saved policies must fit the config: their level and roles must be the config's policy.level and roles,
+and when DIR lies in a run and CONFIG is given, the config's environment (env.name and every env setting,
+e.g. env.rows) must be the run's. A mismatch is an error naming both values; an env setting changed by an
+override (env.rows=5) is taken as deliberate. A policies folder outside a run needs CONFIG.
+
+The JSON report goes to --output FILE, by default eval_results.json in the run folder (DIR inside a run)
+or in the config's run.output_dir, never inside a policies folder. It holds metrics (success_rate,
+num_problems, num_trajectories, per-agent reward and parse-error rates, and with num_samples > 1 the
+unbiased pass@k for k = 1, 2, 4, ... up to num_samples), per_problem (success rate per instance seed) and
+the settings used: seeds ([start, stop)), num_samples, temperature, run_seed, policy and config. The
+summary line states the same. A progress bar on stderr counts finished trajectories (--no-progress or
+run.progress=false hides it).
+
+Examples:
+  pettingllms eval --checkpoint runs/quickstart
+  pettingllms eval --checkpoint runs/quickstart eval.num_instances=200 eval.seed_start=2000000
+  pettingllms eval plan_path/L1 --checkpoint runs/plan_path_L1/at_grpo/checkpoint-10
+  pettingllms eval plan_path/L1 --policy oracle eval.num_instances=20
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pettingllms.scripts import quiet_model_io
+from pettingllms.scripts.guard import UsageError
 
-__all__ = ["add_arguments", "evaluate_checkpoint", "main", "policy_folder", "run"]
+__all__ = [
+    "REPORT_FILE",
+    "add_arguments",
+    "evaluate",
+    "find_run",
+    "main",
+    "policy_folder",
+    "run",
+    "scripted_policy_name",
+]
 
-LAYOUT_FILE = "policy_layout.json"
+REPORT_FILE = "eval_results.json"
+POLICIES_DIR = "policies"
+SCRIPTED_PREFIX = "scripted:"
+# Names that mean scripted:<name> on their own.
+SHORT_SCRIPTED = ("oracle", "random")
+# A run's saved policies arrangement (policy_layout.json) -> the policy level that builds it.
+_ARRANGEMENT_LEVEL = {"shared": "L1", "lora": "L2", "per_agent": "L3", "mapping": "L3"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", help="config file, or a shipped config as <env>/<level> (e.g. plan_path/L1)")
+    # No mutually exclusive group: `--checkpoint` / `--policy` are checked in `evaluate`, so that leaving
+    # both out or giving both is a one-line error like every other user error.
+    parser.add_argument(
+        "config", nargs="?", default=None,
+        help="config file or shipped config <env>/<name> (optional when DIR is, or lies in, a run folder)",
+    )
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
-    parser.add_argument("--checkpoint", required=True, type=Path, help="saved policies, a checkpoint or a run folder")
-    parser.add_argument("--output", type=Path, default=None, help="JSON report (default DIR/eval_results.json)")
+    parser.add_argument(
+        "--checkpoint", type=Path, default=None, metavar="DIR",
+        help="saved policies: a policies/ or checkpoint-N/ folder, or a run folder",
+    )
+    parser.add_argument(
+        "--policy", default=None, metavar="NAME",
+        help="the environment's scripted policy instead of saved ones: oracle | random | scripted:NAME",
+    )
+    parser.add_argument(
+        "--output", type=Path, default=None, metavar="FILE",
+        help=f"JSON report (default: {REPORT_FILE} in the run folder or in run.output_dir)",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+# ---- what to evaluate ------------------------------------------------------------------------------
+
+
+def find_run(path: str | Path) -> Path | None:
+    """The run folder ``path`` is or lies in: the nearest folder at or above it that holds a run's resolved
+    config and pipeline state (None when there is none). Relative in, relative out."""
+    from pettingllms.config.loader import RESOLVED_CONFIG_FILE
+    from pettingllms.pipeline import PIPELINE_STATE_FILE
+
+    path = Path(path)
+    absolute = path.absolute()
+    for folder in (absolute, *absolute.parents):
+        if (folder / RESOLVED_CONFIG_FILE).is_file() and (folder / PIPELINE_STATE_FILE).is_file():
+            return folder if path.is_absolute() else Path(os.path.relpath(folder))
+    return None
 
 
 def policy_folder(path: str | Path) -> Path:
-    """The saved-policy folder ``path`` names (itself, or its ``policies/``); an error names what is missing."""
-    from pettingllms.scripts.guard import UsageError
+    """The saved-policy folder ``path`` names (itself, or its ``policies/``); an error names what is
+    missing and, in a run, the saved policies there are."""
+    from comlrl.policy import LAYOUT_FILE
 
     path = Path(path)
+    if not path.exists():
+        raise UsageError(f"`--checkpoint` {path} does not exist")
+    if not path.is_dir():
+        raise UsageError(f"`--checkpoint` {path} is a file; give the folder that holds {LAYOUT_FILE}")
     if (path / LAYOUT_FILE).is_file():
         return path
-    if (path / "policies" / LAYOUT_FILE).is_file():
-        return path / "policies"
+    if (path / POLICIES_DIR / LAYOUT_FILE).is_file():
+        return path / POLICIES_DIR
+    found = sorted(str(p.parent) for pattern in (f"*/{LAYOUT_FILE}", f"*/*/{LAYOUT_FILE}") for p in path.glob(pattern))
+    hint = f"; saved policies under it: {', '.join(found[:6])}" if found else ""
     raise UsageError(
         f"`--checkpoint` {path} holds no saved policies: expected {path / LAYOUT_FILE} (a policies/ or "
-        f"checkpoint-N/ folder) or {path / 'policies' / LAYOUT_FILE} (a run folder)"
+        f"checkpoint-N/ folder) or {path / POLICIES_DIR / LAYOUT_FILE} (a finished run){hint}"
     )
 
 
-def evaluate_checkpoint(config: str, checkpoint: str | Path, overrides: Sequence[str] = (), output: str | Path | None = None) -> dict:
-    """Load the policies saved at ``checkpoint``, evaluate them on ``config``'s held-out instances, write
-    the JSON report (returned) to ``output`` (default ``<policy folder>/eval_results.json``)."""
-    from comlrl.atomic_io import atomic_write_json
-    from comlrl.policy import MultiAgentPolicy
+def scripted_policy_name(spec: str) -> str:
+    """The scripted policy ``--policy`` names: ``oracle`` and ``random`` alone, any other as ``scripted:NAME``."""
+    if spec.startswith(SCRIPTED_PREFIX) and spec[len(SCRIPTED_PREFIX):]:
+        return spec[len(SCRIPTED_PREFIX):]
+    if spec in SHORT_SCRIPTED:
+        return spec
+    raise UsageError(
+        f"`--policy` {spec!r}: expected {', '.join(SHORT_SCRIPTED)} or {SCRIPTED_PREFIX}NAME (a scripted "
+        "policy of the environment); saved policies are evaluated with --checkpoint DIR"
+    )
+
+
+@dataclass
+class _Target:
+    """A resolved evaluation: the config, what it is called, the policy (a folder or a scripted name)."""
+
+    config: dict[str, Any]
+    config_name: str
+    policy_name: str
+    folder: Path | None = None
+    scripted: str | None = None
+    run_dir: Path | None = None
+
+
+def _load(config: str | Path, overrides: Sequence[str]) -> dict[str, Any]:
     from pettingllms.config import load_config, validate_config
-    from pettingllms.stages.context import make_env_worker
-    from pettingllms.stages.eval import evaluate_policy
 
     resolved = load_config(config, list(overrides))
     validate_config(resolved)
+    return resolved
+
+
+def _checkpoint_target(config: str | None, checkpoint: Path, overrides: Sequence[str]) -> _Target:
+    from comlrl.policy import read_layout
+    from pettingllms.config.loader import RESOLVED_CONFIG_FILE
+
     folder = policy_folder(checkpoint)
-    policy = MultiAgentPolicy.load(folder, device=resolved["model"]["device"])
-    _, report = evaluate_policy(policy, resolved, make_env_worker(resolved))
-    report["checkpoint"] = str(folder)
-    target = Path(output) if output is not None else folder / "eval_results.json"
-    atomic_write_json(target, report)
-    report["output"] = str(target)
-    return report
+    run_dir = find_run(folder)
+    if config is None:
+        if run_dir is None:
+            raise UsageError(
+                f"`--checkpoint` {checkpoint} is not in a run folder (no {RESOLVED_CONFIG_FILE} with a pipeline "
+                f"state above it): give the CONFIG the policies were trained with, e.g. pettingllms eval "
+                f"plan_path/L1 --checkpoint {checkpoint}"
+            )
+        # run.progress is a switch of the command that made the run, not a setting of its evaluation.
+        run_config = run_dir / RESOLVED_CONFIG_FILE
+        resolved = _load(run_config, ["run.progress=true", *overrides])
+        name = str(run_config)
+    else:
+        resolved = _load(config, overrides)
+        name = str(config)
+        if run_dir is not None:
+            _check_against_run(resolved, overrides, name, run_dir)
+    try:
+        layout = read_layout(folder)
+    except ValueError as error:
+        raise UsageError(f"`--checkpoint` {folder}: {error}") from error
+    _check_layout(layout, resolved, folder, name)
+    return _Target(resolved, name, str(folder), folder=folder, run_dir=run_dir)
+
+
+def _check_against_run(resolved: Mapping[str, Any], overrides: Sequence[str], name: str, run_dir: Path) -> None:
+    """CONFIG against the run that saved the checkpoint: the environment and the level, and every env
+    setting but those an override sets (a deliberate change, e.g. a larger grid)."""
+    from pettingllms.config.loader import RESOLVED_CONFIG_FILE, parse_override
+
+    run_config = _load(run_dir / RESOLVED_CONFIG_FILE, ())
+    where = f"the run {run_dir} that saved the checkpoint ({run_dir / RESOLVED_CONFIG_FILE})"
+    overridden = {path[1] for path, _ in map(parse_override, overrides) if len(path) > 1 and path[0] == "env"}
+    pairs = [("env.name", resolved["env"]["name"], run_config["env"]["name"]),
+             ("policy.level", resolved["policy"]["level"], run_config["policy"]["level"])]
+    pairs += [(f"env.{key}", resolved["env"].get(key), run_config["env"].get(key))
+              for key in sorted(set(resolved["env"]) | set(run_config["env"])) if key not in overridden]
+    for key, mine, theirs in pairs:
+        if mine != theirs:
+            deliberate = "" if key in ("env.name", "policy.level") else f", or override `{key}` to change it deliberately"
+            raise UsageError(
+                f"`{key}` is {mine!r} in {name} but {theirs!r} in {where}; leave CONFIG out to use the run's "
+                f"config{deliberate}"
+            )
+
+
+def _check_layout(layout: Mapping[str, Any], config: Mapping[str, Any], folder: Path, name: str) -> None:
+    """The saved policies' level and roles against the config's ``policy.level`` and workflow."""
+    from pettingllms.stages.context import run_workflow
+
+    agents = list(layout["agents"])
+    arrangement = layout["arrangement"]
+    level = ("L0" if agents == ["single"] else "L1") if arrangement == "single" else _ARRANGEMENT_LEVEL.get(arrangement)
+    wanted = config["policy"]["level"]
+    if level != wanted:
+        raise UsageError(
+            f"`policy.level` is {wanted} in {name} but the checkpoint {folder} holds an {level} policy "
+            f"(arrangement {arrangement!r}, agents {agents})"
+        )
+    roles = run_workflow(config)
+    if agents != roles:
+        raise UsageError(
+            f"the checkpoint {folder} holds agents {agents} but {name} plays the roles {roles} "
+            f"(`env.turn_order` at `policy.level` {wanted})"
+        )
+
+
+def _scripted_target(config: str | None, spec: str, overrides: Sequence[str]) -> _Target:
+    name = scripted_policy_name(spec)
+    if config is None:
+        raise UsageError(
+            f"`--policy {spec}` needs a CONFIG (the environment and instances to play), e.g. "
+            f"pettingllms eval plan_path/L1 --policy {spec}"
+        )
+    return _Target(_load(config, overrides), str(config), f"{SCRIPTED_PREFIX}{name}", scripted=name)
+
+
+# ---- the evaluation --------------------------------------------------------------------------------
+
+
+def evaluate(
+    config: str | Path | None = None,
+    *,
+    checkpoint: str | Path | None = None,
+    policy: str | None = None,
+    overrides: Sequence[str] = (),
+    output: str | Path | None = None,
+) -> dict[str, Any]:
+    """Evaluate saved policies (``checkpoint``) or a scripted ``policy`` on the held-out instances of
+    ``config`` (optional for a checkpoint in a run: the run's config), write the JSON report (returned,
+    with ``output``: where it went; see the module docstring)."""
+    from comlrl.atomic_io import atomic_write_json
+    from pettingllms.stages.context import make_env_worker
+    from pettingllms.stages.eval import evaluate_policy, scripted_router
+
+    if (checkpoint is None) == (policy is None):
+        both = "not both" if checkpoint is not None else "one is required"
+        raise UsageError(
+            f"give exactly one of --checkpoint DIR (saved policies, a checkpoint or a run folder) or --policy "
+            f"NAME (oracle, random, scripted:NAME); {both}"
+        )
+    if checkpoint is not None:
+        target = _checkpoint_target(None if config is None else str(config), Path(checkpoint), overrides)
+    else:
+        target = _scripted_target(None if config is None else str(config), str(policy), overrides)
+    resolved = target.config
+    if target.folder is not None:
+        from comlrl.policy import MultiAgentPolicy
+
+        played = MultiAgentPolicy.load(target.folder, device=resolved["model"]["device"])
+    else:
+        played = scripted_router(resolved, str(target.scripted))
+    _, report = evaluate_policy(
+        played, resolved, make_env_worker(resolved), progress=bool(resolved["run"]["progress"]),
+        policy_name=target.policy_name, config_name=target.config_name,
+    )
+    home = target.run_dir if target.run_dir is not None else Path(resolved["run"]["output_dir"])
+    destination = Path(output) if output is not None else home / REPORT_FILE
+    atomic_write_json(destination, report)
+    return {**report, "output": str(destination)}
+
+
+def _positionals(config: str | None, overrides: Sequence[str]) -> tuple[str | None, list[str]]:
+    """(CONFIG, overrides): with CONFIG left out, argparse hands the first override over as CONFIG."""
+    if config is not None and "=" in config and not Path(config).exists():
+        return None, [config, *overrides]
+    return config, list(overrides)
 
 
 def run(args: argparse.Namespace) -> int:
+    from pettingllms.stages.eval import eval_summary
+
     quiet_model_io()
-    report = evaluate_checkpoint(args.config, args.checkpoint, args.overrides, args.output)
-    print(json.dumps(report["metrics"], indent=2, sort_keys=True))
-    start, stop = report["seeds"]
-    print(
-        f"success {report['metrics']['success_rate']:.3f} on {stop - start} held-out instances "
-        f"(seeds {start}..{stop - 1}) x {report['num_samples']} sample(s); report: {report['output']}"
-    )
+    config, overrides = _positionals(args.config, args.overrides)
+    if args.no_progress:
+        overrides.append("run.progress=false")
+    report = evaluate(config, checkpoint=args.checkpoint, policy=args.policy, overrides=overrides, output=args.output)
+    print(f"{eval_summary(report)} | report {report['output']}")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from pettingllms.scripts.guard import run_guarded
+    from pettingllms.scripts import help_text
+    from pettingllms.scripts.guard import UsageParser, run_guarded
 
-    parser = argparse.ArgumentParser(prog="python -m pettingllms.scripts.evaluate", description=__doc__.splitlines()[0])
+    parser = UsageParser(
+        prog="python -m pettingllms.scripts.evaluate", description=help_text(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_arguments(parser)
     return run_guarded(run, parser.parse_intermixed_args(argv))
 

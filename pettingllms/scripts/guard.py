@@ -1,6 +1,7 @@
-"""How every entry point reports failure: a user error (bad config, override, argument or registry name) in
-one line with exit status 2, Ctrl-C with status 130 and a hint to resume. The command line
-(:mod:`pettingllms.cli`) and each script's ``main`` run their handler through :func:`run_guarded`."""
+"""How every entry point reports failure: a user error (bad config, override, argument, registry name, or a
+model that cannot be found) in one line with exit status 2, Ctrl-C with status 130 and a hint to resume.
+The command line (:mod:`pettingllms.cli`) and each script's ``main`` run their handler through
+:func:`run_guarded`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-__all__ = ["EXIT_INTERRUPTED", "EXIT_USAGE", "UsageError", "run_guarded"]
+__all__ = ["EXIT_INTERRUPTED", "EXIT_USAGE", "UsageError", "UsageParser", "one_line", "run_guarded", "user_errors"]
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -18,20 +19,42 @@ class UsageError(Exception):
     """A user error the command line reports in one line with exit status 2."""
 
 
-def run_guarded(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
-    """``handler(args)``, with user errors (a bad config, override or argument) reported in one line on
-    stderr and exit status 2; Ctrl-C exits with 130 and a hint to resume."""
+class UsageParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (and where to read more) with exit status 2, like the
+    other user errors; its subcommand parsers are of this class too."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """The exception types that mean bad user input, not a bug (imported only when something failed)."""
+    from comlrl.models.loading import ModelNotFoundError
+    from comlrl.models.smollm2 import MissingOptionalModel
     from pettingllms.config import ConfigError
     from pettingllms.registry import RegistryError
 
+    return (ConfigError, UsageError, RegistryError, ModelNotFoundError, MissingOptionalModel)
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line: its lines (a YAML parser's message has several) joined by spaces."""
+    return " ".join(line.strip() for line in str(text).splitlines() if line.strip())
+
+
+def run_guarded(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """``handler(args)``, with user errors (:func:`user_errors`) reported in one line on stderr and exit
+    status 2; Ctrl-C exits with 130 and a hint to resume."""
     try:
         return int(handler(args) or 0)
-    except (ConfigError, UsageError, RegistryError) as error:
-        print(f"pettingllms: error: {error}", file=sys.stderr)
-        return EXIT_USAGE
     except KeyboardInterrupt:
         print(
             "pettingllms: interrupted; continue with the same command plus --resume (checkpoints are kept)",
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED
+    except Exception as error:
+        if not isinstance(error, user_errors()):
+            raise
+        print(f"pettingllms: error: {one_line(error)}", file=sys.stderr)
+        return EXIT_USAGE

@@ -1,7 +1,10 @@
 """``pettingllms train CONFIG [section.key=value ...]``: run a config's pipeline (see :mod:`pettingllms.pipeline`).
 
-CONFIG is a YAML path or a shipped config named ``<env>/<level>`` (``plan_path/L1``); overrides are dotted
-``section.key=value`` pairs, type-checked against the config's schema.
+CONFIG is a YAML path or a shipped config named ``<env>/<name>`` (``plan_path/L1``; ``pettingllms configs``
+lists them); overrides are dotted ``section.key=value`` pairs, type-checked against the config's schema.
+The config, the model and the data it names are checked before the run folder (``run.output_dir``) is
+made. A folder holding a run with finished stages is continued with ``--resume`` or replaced with
+``--overwrite``; one whose run ended before its first stage finished is started afresh.
 """
 
 from __future__ import annotations
@@ -15,8 +18,11 @@ __all__ = ["add_arguments", "main", "run", "train"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", help="config file, or a shipped config as <env>/<level> (e.g. plan_path/L1)")
-    parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides")
+    parser.add_argument(
+        "config", help="config file, or a shipped config as <env>/<name> (e.g. plan_path/L1; pettingllms configs lists them)"
+    )
+    # default=[]: without it argparse lists the (optional) overrides as a missing required argument.
+    parser.add_argument("overrides", nargs="*", default=[], metavar="section.key=value", help="config overrides")
     parser.add_argument("--resume", action="store_true", help="continue the run in run.output_dir (run.resume=true)")
     parser.add_argument(
         "--overwrite", action="store_true", help="start afresh over an earlier run in run.output_dir (run.overwrite=true)"
@@ -43,9 +49,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from pettingllms.scripts.guard import run_guarded
+    from pettingllms.scripts import help_text
+    from pettingllms.scripts.guard import UsageParser, run_guarded
 
-    parser = argparse.ArgumentParser(prog="python -m pettingllms.scripts.train", description=__doc__.splitlines()[0])
+    parser = UsageParser(
+        prog="python -m pettingllms.scripts.train", description=help_text(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_arguments(parser)
     return run_guarded(run, parser.parse_intermixed_args(argv))
 

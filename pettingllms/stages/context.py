@@ -21,7 +21,9 @@ __all__ = [
     "SettingsBuilder",
     "StageContext",
     "build_run_policy",
+    "check_run_inputs",
     "make_env_worker",
+    "run_policy_config",
     "run_workflow",
     "workflow_env",
 ]
@@ -88,13 +90,13 @@ def workflow_env(
     return env_arguments(config, run_workflow(config) if turn_order is None else turn_order)
 
 
-def build_run_policy(config: Mapping[str, Any]):
-    """The :class:`~comlrl.policy.MultiAgentPolicy` of a run config (``model`` and ``policy`` sections)."""
-    from pettingllms.execution import PolicyConfig, build_policy
+def run_policy_config(config: Mapping[str, Any]):
+    """The checked :class:`~pettingllms.execution.PolicyConfig` of a run config (``model`` and ``policy``)."""
+    from pettingllms.execution import PolicyConfig
 
     model, policy, lora = config["model"], config["policy"], config["policy"]["lora"]
     try:
-        policy_config = PolicyConfig(
+        return PolicyConfig(
             policy_level=policy["level"],
             agent_policies=dict(policy["agents"]) or None,
             model=model["name"],
@@ -108,7 +110,40 @@ def build_run_policy(config: Mapping[str, Any]):
         )
     except ValueError as error:
         raise ConfigError(f"sections `model` / `policy`: {error}") from error
-    return build_policy(policy_config, config["env"]["turn_order"])
+
+
+def build_run_policy(config: Mapping[str, Any]):
+    """The :class:`~comlrl.policy.MultiAgentPolicy` of a run config (``model`` and ``policy`` sections)."""
+    from pettingllms.execution import build_policy
+
+    return build_policy(run_policy_config(config), config["env"]["turn_order"])
+
+
+def check_run_inputs(config: Mapping[str, Any]) -> None:
+    """What :func:`build_run_policy` would fail on, checked without loading a model: the ``model`` and
+    ``policy`` sections, that ``model.name`` names a preset, a checkpoint folder or a reachable hub id, and
+    that ``model.device`` exists on this machine. A ConfigError names the key."""
+    import torch
+
+    from comlrl.models.loading import ModelNotFoundError, check_model_name
+    from comlrl.models.smollm2 import MissingOptionalModel
+
+    policy_config = run_policy_config(config)
+    try:
+        check_model_name(policy_config.model)
+    except (ModelNotFoundError, MissingOptionalModel) as error:
+        raise ConfigError(f"`model.name`: {error}") from error
+    device = policy_config.device
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ConfigError(f"`model.device` must be cpu, cuda or cuda:N, got {device!r}") from None
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0 or (parsed.index or 0) >= count:
+            raise ConfigError(f"`model.device` is {device!r} but this machine has {count} CUDA device(s); use cpu")
+    elif parsed.type != "cpu":
+        raise ConfigError(f"`model.device` must be cpu, cuda or cuda:N, got {device!r}")
 
 
 def make_env_worker(config: Mapping[str, Any]):

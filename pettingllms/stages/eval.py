@@ -5,20 +5,44 @@ Success is the mean over ``num_samples`` independent trajectories per held-out i
 trajectory per instance at temperature 0 is measured next to it (``greedy_success_rate``). Sampling seeds
 come from the engine's ``"eval"`` stream of ``run.seed``, so an evaluation does not depend on what ran
 before it.
+
+Every evaluation (this stage's ``eval.json``, ``pettingllms eval``'s report) is one JSON report, made by
+:func:`evaluate_policy`: ``metrics`` (:func:`eval_metrics`: ``success_rate``, ``num_problems``, and with
+``num_samples`` > 1 the unbiased ``pass@<k>``), ``per_problem`` (success rate per instance seed), and the
+settings it ran with: ``seeds`` ([start, stop)), ``num_samples``, ``temperature``, ``run_seed``, and
+where the caller knows them the ``policy`` evaluated and the ``config``. :func:`eval_summary` states all
+of it in one line.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from comlrl.atomic_io import atomic_write_json
-from pettingllms.config.loader import ConfigError, section_to_dataclass
-from pettingllms.stages.context import StageContext, workflow_env
+from pettingllms.config.loader import RESOLVED_CONFIG_FILE, ConfigError, section_to_dataclass
+from pettingllms.execution.pass_at_k import mean_pass_at_k, pass_at_k_sizes
+from pettingllms.execution.router import Router
+from pettingllms.stages.context import StageContext, run_workflow, workflow_env
 
-__all__ = ["EvalSettings", "eval_metrics", "eval_settings", "evaluate_policy", "held_out_evaluations", "run_eval"]
+__all__ = [
+    "EvalSettings",
+    "eval_metrics",
+    "eval_settings",
+    "eval_summary",
+    "evaluate_policy",
+    "held_out_evaluations",
+    "run_eval",
+    "scripted_router",
+]
+
+# Written by the pipeline before each stage (pettingllms.pipeline.PIPELINE_STATE_FILE; the pipeline
+# imports this module, so the name cannot be imported from there).
+_PIPELINE_STATE_FILE = "pipeline_state.json"
 
 
 @dataclass
@@ -54,14 +78,26 @@ def eval_settings(stage: str, config: Mapping[str, Any], stage_dir: Path | None 
 
 
 def eval_metrics(result: Any) -> dict[str, float]:
-    """Summary of an :class:`~pettingllms.execution.EvalResult`: ``success_rate``, ``num_trajectories``,
-    ``dropped``, and per agent role ``agent/<role>/reward_mean`` and ``agent/<role>/parse_error_rate``
-    over its decisions."""
+    """Summary of an :class:`~pettingllms.execution.EvalResult`: ``success_rate``, ``num_problems`` (the
+    instances scored), ``num_trajectories``, ``dropped``, per agent role ``agent/<role>/reward_mean`` and
+    ``agent/<role>/parse_error_rate`` over its decisions, and, with several trajectories per instance,
+    the unbiased ``pass@<k>`` (:mod:`pettingllms.execution.pass_at_k`) for ``k`` = 1, 2, 4, ... up to
+    the number of trajectories, and that number itself."""
     metrics = {
         "success_rate": float(result.success_rate),
+        "num_problems": float(len(result.per_problem)),
         "num_trajectories": float(result.num_trajectories),
         "dropped": float(result.dropped),
     }
+    counts: dict[int, list[int]] = {}  # problem -> [trajectories kept, successes]
+    for outcome in result.outcomes:
+        if not outcome.dropped:
+            entry = counts.setdefault(outcome.problem_id, [0, 0])
+            entry[0] += 1
+            entry[1] += bool(outcome.success)
+    most = max((n for n, _ in counts.values()), default=1)
+    if most > 1:
+        metrics.update(mean_pass_at_k([(n, c) for n, c in counts.values()], pass_at_k_sizes(most)))
     by_role: dict[str, list[Any]] = {}
     for sample in result.samples:
         by_role.setdefault(sample.role, []).append(sample)
@@ -71,25 +107,66 @@ def eval_metrics(result: Any) -> dict[str, float]:
     return metrics
 
 
+def scripted_router(config: Mapping[str, Any], name: str) -> Router:
+    """A router that plays every role of the config's workflow with the environment's scripted policy
+    ``name`` (one of its ``scripted_policies``, e.g. ``oracle``), no model involved; a name the
+    environment does not declare is a ConfigError listing those it has."""
+    from pettingllms.execution import ScriptedBackend
+    from pettingllms.registry import get_env_class
+    from pettingllms.scripted import make_scripted_policy
+
+    try:
+        policy = make_scripted_policy(get_env_class(config["env"]["name"]), name)
+    except ValueError as error:
+        raise ConfigError(str(error)) from error
+    label = f"scripted:{name}"
+    return Router({role: label for role in run_workflow(config)}, ScriptedBackend({label: policy}))
+
+
+@contextmanager
+def _progress(description: str, total: int, enabled: bool) -> Iterator[Any]:
+    """A progress bar on stderr over ``total`` trajectories, as an ``on_progress`` hook (None: off)."""
+    if not enabled:
+        yield None
+        return
+    from tqdm.auto import tqdm
+
+    with tqdm(total=total, desc=description, unit="traj", leave=False, dynamic_ncols=True) as bar:
+
+        def update(finished: Sequence[Any], trajectories: int) -> None:
+            bar.update(len(finished) - bar.n)  # called every decision point: the clock moves too
+            if len(finished) == trajectories:
+                bar.refresh()  # the final count, which the rate limit of update may have skipped
+
+        yield update
+
+
 def held_out_evaluations(
-    policy: Any, config: Mapping[str, Any], env_worker: Any = None, settings: EvalSettings | None = None
+    policy: Any,
+    config: Mapping[str, Any],
+    env_worker: Any = None,
+    settings: EvalSettings | None = None,
+    progress: bool = False,
 ) -> dict[str, Any]:
-    """``{"sampled": EvalResult, "greedy": EvalResult}`` of ``policy`` on the config's held-out instances
-    (``greedy`` only with ``eval.greedy``), played by the run's workflow."""
+    """``{"sampled": EvalResult, "greedy": EvalResult}`` of ``policy`` (a
+    :class:`~comlrl.policy.MultiAgentPolicy`, or a :class:`~pettingllms.execution.Router` such as
+    :func:`scripted_router`'s) on the config's held-out instances (``greedy`` only with ``eval.greedy``),
+    played by the run's workflow. ``progress`` shows a bar per evaluation on stderr."""
     from pettingllms.execution import EngineConfig, RolloutEngine, build_router
 
     settings = settings if settings is not None else eval_settings("eval", config)
     name, fields, options = workflow_env(config)
-    if list(policy.agents) != fields["turn_order"]:
+    router = policy if isinstance(policy, Router) else build_router(policy)
+    if router.roles != fields["turn_order"]:
         raise ConfigError(
-            f"the policy's agents {list(policy.agents)} do not match the config's roles {fields['turn_order']} "
+            f"the policy's agents {router.roles} do not match the config's roles {fields['turn_order']} "
             f"(`env.turn_order` at `policy.level` {config['policy']['level']})"
         )
     rollout = config["rollout"]
     engine = RolloutEngine.from_registry(
         name,
         fields,
-        build_router(policy),
+        router,
         EngineConfig(
             num_generations=1,
             sampling_mode="independent",
@@ -101,45 +178,105 @@ def held_out_evaluations(
         env_worker=env_worker,
     )
     seeds = list(settings.seeds)
-    results = {"sampled": engine.evaluate(seeds, settings.num_samples, float(settings.temperature))}
+    with _progress("eval", len(seeds) * settings.num_samples, progress) as hook:
+        results = {"sampled": engine.evaluate(seeds, settings.num_samples, float(settings.temperature), on_progress=hook)}
     if settings.greedy:
-        results["greedy"] = engine.evaluate(seeds, 1, 0.0)
+        with _progress("eval (greedy)", len(seeds), progress) as hook:
+            results["greedy"] = engine.evaluate(seeds, 1, 0.0, on_progress=hook)
     return results
 
 
 def evaluate_policy(
-    policy: Any, config: Mapping[str, Any], env_worker: Any = None, settings: EvalSettings | None = None
+    policy: Any,
+    config: Mapping[str, Any],
+    env_worker: Any = None,
+    settings: EvalSettings | None = None,
+    *,
+    progress: bool = False,
+    policy_name: str | None = None,
+    config_name: str | None = None,
 ) -> tuple[dict[str, float], dict]:
     """Success of ``policy`` on the config's held-out ``eval`` instances: ``(metrics, report)``.
 
     ``metrics`` is :func:`eval_metrics` of the sampled evaluation, plus ``greedy_success_rate`` with
-    ``eval.greedy``. ``report`` is JSON-ready: the metrics, the instance seeds, ``num_samples``,
-    ``temperature``, the success rate of each instance and, with ``eval.greedy``, the greedy ones.
+    ``eval.greedy``. ``report`` is JSON-ready (see the module docstring): the metrics, the success rate
+    of each instance (and, with ``eval.greedy``, the greedy ones) and the settings; ``policy_name`` and
+    ``config_name`` say what was evaluated on what (recorded when given).
     """
     settings = settings if settings is not None else eval_settings("eval", config)
-    results = held_out_evaluations(policy, config, env_worker, settings)
+    results = held_out_evaluations(policy, config, env_worker, settings, progress)
     metrics = eval_metrics(results["sampled"])
     report: dict[str, Any] = {
         "metrics": metrics,
+        "per_problem": _per_problem(results["sampled"]),
         "seeds": [settings.seeds.start, settings.seeds.stop],
         "num_samples": settings.num_samples,
         "temperature": float(settings.temperature),
-        "per_problem": _per_problem(results["sampled"]),
+        "run_seed": config["run"]["seed"],
     }
+    if policy_name is not None:
+        report["policy"] = policy_name
+    if config_name is not None:
+        report["config"] = config_name
     if "greedy" in results:
         metrics["greedy_success_rate"] = float(results["greedy"].success_rate)
         report["greedy"] = {"per_problem": _per_problem(results["greedy"])}
     return metrics, report
 
 
+def eval_summary(report: Mapping[str, Any]) -> str:
+    """One line stating an evaluation's result and settings (a report of :func:`evaluate_policy`), e.g.
+    ``success 0.440 on 50 held-out instances (seeds 1000000..1000049) x 4 samples at temperature 1.0 |
+    pass@4 0.620 | policy runs/quickstart/policies``."""
+    metrics = report["metrics"]
+    start, stop = report["seeds"]
+    samples = report["num_samples"]
+    how = ", greedy" if report["temperature"] == 0 else f" at temperature {report['temperature']}"
+    parts = [
+        f"success {metrics['success_rate']:.3f} on {stop - start} held-out instance{'s' * (stop - start != 1)} "
+        f"(seeds {start}..{stop - 1}) x {samples} sample{'s' * (samples != 1)}{how}"
+    ]
+    if f"pass@{samples}" in metrics and samples > 1:
+        parts.append(f"pass@{samples} {metrics[f'pass@{samples}']:.3f}")
+    if "greedy_success_rate" in metrics:
+        parts.append(f"greedy success {metrics['greedy_success_rate']:.3f}")
+    if metrics.get("dropped"):
+        parts.append(f"{int(metrics['dropped'])} trajectories dropped (infrastructure failures)")
+    if "policy" in report:
+        parts.append(f"policy {report['policy']}")
+    return " | ".join(parts)
+
+
 def _per_problem(result: Any) -> dict[str, float]:
     return {str(k): v for k, v in result.per_problem.items()}
 
 
+def _evaluated_policies(context: StageContext) -> str:
+    """What the stage evaluates: the policies the last finished training stage saved (the pipeline's
+    state says which), else the config's initial model."""
+    state_path = context.run_dir / _PIPELINE_STATE_FILE
+    saved = []
+    if state_path.is_file():
+        state = json.loads(state_path.read_text(encoding="utf-8"))
+        saved = [entry["policies"] for entry in state.get("completed", []) if entry.get("policies")]
+    if saved:
+        return str(context.run_dir / saved[-1])
+    return f"{context.config['model']['name']} (not trained by this run)"
+
+
 def run_eval(context: StageContext) -> dict[str, float]:
-    """Held-out success; writes ``eval.json`` (with per-instance rates) and the stage's metrics."""
+    """Held-out success; writes ``eval.json`` (the report of :func:`evaluate_policy`) and the stage's
+    metrics. A progress bar on stderr with ``run.progress``."""
     settings = context.settings_or(eval_settings)
-    metrics, report = evaluate_policy(context.policy, context.config, context.env_worker, settings)
+    metrics, report = evaluate_policy(
+        context.policy,
+        context.config,
+        context.env_worker,
+        settings,
+        progress=context.progress,
+        policy_name=_evaluated_policies(context),
+        config_name=str(context.run_dir / RESOLVED_CONFIG_FILE),
+    )
     atomic_write_json(context.stage_dir / "eval.json", report)
     logger = context.metrics_logger()
     try:

@@ -76,7 +76,7 @@ def test_bad_override_through_python_dash_m_exits_2():
 
 def test_eval_of_a_missing_checkpoint_exits_2(tmp_path, capsys):
     assert main(["eval", "plan_path/L1", "--checkpoint", str(tmp_path / "nowhere")]) == 2
-    assert "holds no saved policies" in capsys.readouterr().err
+    assert "does not exist" in capsys.readouterr().err
 
 
 def test_train_then_eval_from_the_checkpoint(tiny_model_path, tmp_path, capsys):
@@ -100,14 +100,16 @@ def test_train_then_eval_from_the_checkpoint(tiny_model_path, tmp_path, capsys):
     assert "held-out instances" in capsys.readouterr().out
     report = json.loads(out_file.read_text())
     assert report["metrics"] == pipeline_eval["metrics"] and report["per_problem"] == pipeline_eval["per_problem"]
-    assert report["checkpoint"] == str(run_dir / "policies")
-    # a checkpoint folder of the RL stage works too (the same weights as the final policies here)
+    assert report["policy"] == str(run_dir / "policies")
+    # a checkpoint folder of the RL stage works too (the same weights as the final policies here); the
+    # report goes to the run folder, not into the checkpoint
     assert main(["eval", "plan_path/L0", "--checkpoint", str(run_dir / "grpo" / "checkpoint-1"), *common]) == 0
-    again = json.loads((run_dir / "grpo" / "checkpoint-1" / "eval_results.json").read_text())
+    again = json.loads((run_dir / "eval_results.json").read_text())
     assert again["metrics"] == pipeline_eval["metrics"]
-    # a policy of other roles than the config's is an error naming both
+    assert not (run_dir / "grpo" / "checkpoint-1" / "eval_results.json").exists()
+    # a config of another level than the run's is an error naming both
     assert main(["eval", "plan_path/L1", "--checkpoint", str(run_dir), f"model.name={tiny_model_path}"]) == 2
-    assert "do not match the config's roles" in capsys.readouterr().err
+    assert "`policy.level` is 'L1' in plan_path/L1 but 'L0' in the run" in capsys.readouterr().err
 
 
 def test_dataprocess_writes_a_sudoku_bank_and_demonstrations(tmp_path, capsys):

@@ -220,9 +220,13 @@ def test_switching_env_checks_keys_against_the_new_env():
 
 # ---- shipped configs -------------------------------------------------------------------------------
 
-def test_twelve_shipped_configs():
+# Shipped configs that are not named after their level, with the level they run at.
+NAMED_CONFIGS = {"plan_path/quickstart": "L1"}
+
+
+def test_shipped_configs_are_the_levels_and_the_named_ones():
     names = sorted(str(p.relative_to(p.parents[1]).with_suffix("")) for p in shipped_configs())
-    assert names == sorted(f"{env}/{level}" for env in ENVS for level in LEVELS)
+    assert names == sorted([*(f"{env}/{level}" for env in ENVS for level in LEVELS), *NAMED_CONFIGS])
 
 
 @pytest.mark.parametrize("path", shipped_configs(), ids=lambda p: f"{p.parent.name}/{p.stem}")
@@ -233,7 +237,8 @@ def test_shipped_config_loads_and_resolves(path, tmp_path):
 
     config = load_config(path)
     validate_config(config)
-    env_name, level = path.parent.name, path.stem
+    env_name = path.parent.name
+    level = NAMED_CONFIGS.get(f"{env_name}/{path.stem}", path.stem)
     assert config["env"]["name"] == env_name and config["policy"]["level"] == level
     assert set(config) == set(load_yaml_file(DEFAULTS_FILE))
     assert all(stage in config for stage in STAGES)

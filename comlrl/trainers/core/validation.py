@@ -6,17 +6,18 @@ the kind, ``must be >= 1`` for the bound; :func:`canonical_choice` lists ``one o
 configs spell out both (``must be an integer >= 1``: pass ``spell_out=True``; :func:`check_choice` lists
 ``one of ['a', 'b']``). :func:`strict_from_dict` (or the :class:`StrictFromDict` mixin) is the one
 ``from_dict`` of every dataclass config: unknown keys are an error naming the class, those keys and the
-known fields.
+known fields, with the closest field (:func:`closest_name`) where one is near.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
 import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, field
 from numbers import Integral, Real
 from typing import Any, ClassVar
@@ -31,6 +32,7 @@ __all__ = [
     "check_float",
     "check_int",
     "check_str",
+    "closest_name",
     "help_field",
     "normalize_devices",
     "normalize_mapping",
@@ -249,9 +251,16 @@ def override_field(owner: type, name: str, default: Any, note: str) -> Any:
 # --------------------------------------------------------------------------------------------------
 
 
+def closest_name(name: str, known: Iterable[str]) -> str | None:
+    """The known name a misspelled ``name`` most likely meant (``difflib``'s closest match), or None."""
+    matches = difflib.get_close_matches(name, list(known), n=1)
+    return matches[0] if matches else None
+
+
 def strict_from_dict(cls: type, values: Mapping[str, Any] | None = None, **overrides: Any) -> Any:
     """``cls(**values, **overrides)``; a key that is no field of ``cls`` is an error naming the class, the
-    unknown keys and the known fields (worded by ``cls._unknown_fields_message`` when it has one).
+    unknown keys and the known fields (worded by ``cls._unknown_fields_message`` when it has one), then
+    "did you mean" the closest field of each unknown key that has one.
 
     Use it as ``from_dict = classmethod(strict_from_dict)`` in a dataclass body, or inherit
     :class:`StrictFromDict`."""
@@ -260,15 +269,16 @@ def strict_from_dict(cls: type, values: Mapping[str, Any] | None = None, **overr
     unknown = sorted(set(merged) - set(known))
     if unknown:
         template = getattr(cls, "_unknown_fields_message", StrictFromDict._unknown_fields_message)
-        raise ValueError(
-            template.format(
-                cls=cls.__name__,
-                unknown=unknown,
-                known=known,
-                unknown_names=", ".join(unknown),
-                known_names=", ".join(known),
-            )
+        message = template.format(
+            cls=cls.__name__,
+            unknown=unknown,
+            known=known,
+            unknown_names=", ".join(unknown),
+            known_names=", ".join(known),
         )
+        # After the message, not inside it: callers match the message's released wording.
+        guesses = [f"`{close}` for `{key}`" for key in unknown if (close := closest_name(key, known))]
+        raise ValueError(message + (f"; did you mean {', '.join(guesses)}?" if guesses else ""))
     return cls(**merged)
 
 
