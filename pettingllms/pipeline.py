@@ -319,6 +319,9 @@ class Pipeline:
         from comlrl.reporting import MetricsLogger
 
         completed = self._prepare()
+        if self._policy is None:
+            model, level = self.config["model"], self.config["policy"]["level"]
+            self.say(f"loading model {model['name']} (policy level {level}, device {model['device']}) ...")
         policy = self._policy if self._policy is not None else build_run_policy(self.config)
         worker = make_env_worker(self.config)
         saved = [e["policies"] for e in completed if e.get("policies")]

@@ -11,7 +11,9 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 import tempfile
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -146,7 +148,9 @@ def cached_build(key: str, cache_dir: str | os.PathLike | None, build) -> Path:
     """Return ``cache_dir/key``, building it with ``build(tmp_dir)`` first if absent.
 
     The folder appears atomically (built in a temporary sibling, then renamed); when two processes race,
-    the first rename wins and the other discards its copy.
+    the first rename wins and the other discards its copy. A build (seconds for the built presets, about a
+    minute for a conversion) says on stderr what it builds, where, and how long it took, since it happens
+    once per machine, before any progress bar of the run.
     """
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     final = root / key
@@ -154,6 +158,8 @@ def cached_build(key: str, cache_dir: str | os.PathLike | None, build) -> Path:
         return final
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
+    print(f"model {key}: building it into {root} (first use only) ...", file=sys.stderr, flush=True)
+    started = time.perf_counter()
     try:
         build(tmp)
         try:
@@ -164,6 +170,7 @@ def cached_build(key: str, cache_dir: str | os.PathLike | None, build) -> Path:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+    print(f"model {key}: built in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     return final
 
 

@@ -58,7 +58,7 @@ def write_demonstrations(config: str, output: str | Path, overrides: Sequence[st
 
     resolved = load_config(config, list(overrides))
     validate_config(resolved)
-    demos = sft_demonstrations(resolved)
+    demos = sft_demonstrations(resolved, progress=True)
     lines = [
         json.dumps({"role": role, "prompt": demo.prompt, "response": demo.response})
         for role, items in demos.items()

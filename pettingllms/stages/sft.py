@@ -57,9 +57,11 @@ def sft_demonstrations(
     *,
     held_out_seeds: range | Sequence[int] | None = None,
     env_worker: Any = None,
+    progress: bool = False,
 ) -> dict[str, list]:
     """``{role: [Demonstration, ...]}`` the ``sft`` stage trains on: the oracle's episodes of every workflow
-    on the ``sft`` seeds, which must miss ``held_out_seeds`` (default: the ``eval`` instances)."""
+    on the ``sft`` seeds, which must miss ``held_out_seeds`` (default: the ``eval`` instances);
+    ``progress``: a bar per workflow over its episodes."""
     from pettingllms.trainer.demonstrations import make_demonstrations
 
     settings = settings if settings is not None else sft_settings("sft", config)
@@ -72,7 +74,7 @@ def sft_demonstrations(
             name, fields, settings.seeds, agent_options=options, held_out_seeds=held_out_seeds,
             env_worker=env_worker, tool_candidates=settings.tool_candidates,
             accept_proposals=settings.accept_proposals, late_turn_fraction=settings.late_turn_fraction,
-            detour_seed=config["run"]["seed"],
+            detour_seed=config["run"]["seed"], progress=progress,
         )
         for role, items in found.items():
             demos.setdefault(role, []).extend(items)
@@ -98,7 +100,9 @@ def sft_stage(
     from pettingllms.trainer.sft import sft_warm_start
 
     settings = settings if settings is not None else sft_settings("sft", config)
-    demos = sft_demonstrations(config, settings, held_out_seeds=held_out_seeds, env_worker=env_worker)
+    demos = sft_demonstrations(
+        config, settings, held_out_seeds=held_out_seeds, env_worker=env_worker, progress=progress
+    )
     roles = sft_role_order(config, settings)
     if len(policy.policies) != 1 and not set(roles) <= set(policy.agents):
         raise ConfigError(f"`sft.workflows`: roles {roles} need one policy to learn them, the policy holds {policy.policies}")

@@ -38,8 +38,8 @@ Metric names (logged every ``logging_steps`` to ``output_dir/metrics.jsonl`` and
   ``frac_reward_zero_std``, ``parse_error_rate``, ``completions/mean_length``, ``num_samples``,
   ``dropped_samples``, ``generate_calls``, ``time/{rollout,generate,env,update,step}_s``;
 - ``agent/<role>/...`` and ``agent/<role>/turn_<t>/...``: ``reward_mean``/``reward_std`` (mixed),
-  ``global_reward_*``, ``local_reward_*``, ``frac_reward_zero_std``, ``parse_error_rate``, ``success_rate``,
-  ``completions/mean_length``, ``num_samples``;
+  ``global_reward_*``, ``local_reward_*``, ``frac_reward_zero_std``, ``parse_error_rate``, ``success_rate``
+  (the team's success on the episodes that agent acted in), ``completions/mean_length``, ``num_samples``;
 - ``policy/<name>/...``: the same sample metrics plus the group ones (``reward``, ``reward_std``) of its
   samples' groups, and ``loss``, ``clip_ratio/{low,high,region}_mean``,
   ``approx_kl``, ``ratio_mean``, ``entropy``, ``kl`` (``beta > 0``), ``grad_norm``, ``learning_rate``,
@@ -79,7 +79,7 @@ from pettingllms.trainer.at_grpo_config import ATGRPOConfig
 from pettingllms.trainer.at_grpo_setup import check_engine, env_config_for, policy_config_for, workflow_order
 from pettingllms.trainer.grouping import MemberTable, at_grpo_group_key, member_table, sample_advantages
 from pettingllms.trainer.losses import accumulation_scale, at_grpo_loss
-from pettingllms.trainer.metrics import StepTable, UpdateStats, rollout_metrics
+from pettingllms.trainer.metrics import SUCCESS_NOTES, StepTable, UpdateStats, rollout_metrics
 from pettingllms.trainer.micro_batches import micro_batch_groups, policy_rows
 from pettingllms.trainer.problems import MAX_SEED_RANGE, draw_problem_ids, problem_order
 
@@ -197,7 +197,7 @@ class ATGRPOTrainer(TrainerCore):
         self.data_cursor: dict[str, int] = {"epoch": 0, "index": 0}
         self.log_history: list[dict[str, float]] = []
         self.last_eval = None
-        self._table = StepTable(policy.policies)
+        self._table = StepTable(policy.policies, config.sampling_mode, config.num_generations)
 
     # ------------------------------------------------------------------------------------ override points
     def generate_and_score(self, problem_ids: Sequence[int], step: int) -> RolloutBatch:
@@ -280,7 +280,8 @@ class ATGRPOTrainer(TrainerCore):
             while self.global_step < self.config.max_steps:
                 metrics = self.step()
                 bar.update(1)
-                bar.set_postfix(success=f"{metrics['success_rate']:.2f}", reward=f"{metrics['reward']:.3f}")
+                success = SUCCESS_NOTES[self.config.sampling_mode][0]  # best-of-K in tree mode, not held-out success
+                bar.set_postfix({success: f"{metrics['success_rate']:.2f}", "reward": f"{metrics['reward']:.3f}"})
         return self.log_history
 
     def step(self) -> dict[str, float]:

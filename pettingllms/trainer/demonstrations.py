@@ -127,6 +127,7 @@ async def collect_demonstrations(
     accept_proposals: bool = False,
     late_turn_fraction: float = 0.0,
     detour_seed: int = 0,
+    progress: bool = False,
 ) -> dict[str, list[Demonstration]]:
     """``{role: [Demonstration, ...]}`` from oracle episodes on ``seeds`` (one agent per turn-order role).
 
@@ -135,24 +136,29 @@ async def collect_demonstrations(
     ``accept_proposals``: see :class:`~pettingllms.scripted.OraclePolicy` (draws seeded by the instance seed).
     ``late_turn_fraction``: share of episodes that start with a random detour (:func:`detour_turns`, drawn
     with ``detour_seed``); an episode whose detour already solved the instance records nothing.
+    ``progress``: a tqdm bar (stderr) over the episodes.
     """
+    from tqdm.auto import tqdm
+
     by_role: dict[str, list[Demonstration]] = {agent.role: [] for agent in agents}
     skipped: list[int] = []
-    for seed in seeds:
-        detour = detour_turns(seed, late_turn_fraction, env.config.max_turns, detour_seed)
-        recorder = DetourOracle(detour, seed=seed, tool_candidates=tool_candidates, accept_proposals=accept_proposals)
-        result = await play_episode(env, agents, recorder, seed, env_worker)
-        if not result.success:
-            if not skip_failed:
-                raise ValueError(
-                    f"{getattr(env, 'name', env)}: the oracle did not solve instance seed {seed} "
-                    f"(turns {result.turns}, parse errors "
-                    f"{[s.parse_error for s in result.steps if s.parse_error]}); pass skip_failed=True to skip it"
-                )
-            skipped.append(seed)
-            continue
-        for role, prompt, response in recorder.records:
-            by_role[role].append(Demonstration(prompt, response))
+    name = getattr(env, "name", type(env).__name__)
+    with tqdm(seeds, desc=f"demonstrations ({name})", unit="episode", disable=not progress) as bar:
+        for seed in bar:
+            detour = detour_turns(seed, late_turn_fraction, env.config.max_turns, detour_seed)
+            recorder = DetourOracle(detour, seed=seed, tool_candidates=tool_candidates, accept_proposals=accept_proposals)
+            result = await play_episode(env, agents, recorder, seed, env_worker)
+            if not result.success:
+                if not skip_failed:
+                    raise ValueError(
+                        f"{getattr(env, 'name', env)}: the oracle did not solve instance seed {seed} "
+                        f"(turns {result.turns}, parse errors "
+                        f"{[s.parse_error for s in result.steps if s.parse_error]}); pass skip_failed=True to skip it"
+                    )
+                skipped.append(seed)
+                continue
+            for role, prompt, response in recorder.records:
+                by_role[role].append(Demonstration(prompt, response))
     if skipped:
         logger.warning("oracle demonstrations: skipped %d unsolved seed(s): %s", len(skipped), skipped[:20])
     return by_role
@@ -171,6 +177,7 @@ def make_demonstrations(
     accept_proposals: bool = False,
     late_turn_fraction: float = 0.0,
     detour_seed: int = 0,
+    progress: bool = False,
 ) -> dict[str, list[Demonstration]]:
     """Oracle demonstrations per role for registered environment ``env_name`` on instance ``seeds``.
 
@@ -178,7 +185,7 @@ def make_demonstrations(
     roles); ``agent_options`` are per-role agent options (e.g. ``{"tool": {"tools": ["simulate"]}}``);
     ``tool_candidates`` (calls per tool-agent demonstration) and ``accept_proposals`` (plan agents answer
     ``#### proposal`` when the proposal solves): see :class:`~pettingllms.scripted.OraclePolicy`;
-    ``late_turn_fraction`` and ``detour_seed``: see :func:`collect_demonstrations`.
+    ``late_turn_fraction``, ``detour_seed`` and ``progress``: see :func:`collect_demonstrations`.
     When ``held_out_seeds`` is given, it must be disjoint from ``seeds``. Runs its own event loop; from
     async code, await :func:`collect_demonstrations`.
     """
@@ -195,6 +202,7 @@ def make_demonstrations(
             return await collect_demonstrations(
                 env, agents, seeds, env_worker=env_worker, skip_failed=skip_failed, tool_candidates=tool_candidates,
                 accept_proposals=accept_proposals, late_turn_fraction=late_turn_fraction, detour_seed=detour_seed,
+                progress=progress,
             )
         finally:
             await env.close()

@@ -1,6 +1,12 @@
 """AT-GRPO's metrics: the rollout's rewards by run, agent role, turn and policy (:func:`rollout_metrics`),
 one policy's update (:class:`UpdateStats`), and the per-step table printed under the progress bar
-(:class:`StepTable`). Metric names are listed in :mod:`pettingllms.trainer.at_grpo`."""
+(:class:`StepTable`). Metric names are listed in :mod:`pettingllms.trainer.at_grpo`.
+
+Success belongs to the team: an episode succeeds or fails as a whole, and only the agent whose action
+ends it sees ``Sample.success`` set. So the ``success_rate`` of an agent role, a (role, turn) or a policy
+is the team's success over the finished episodes that subset acted in (:func:`episode_successes`), never
+the share of its own samples that ended an episode (0 by construction for an agent that cannot end one).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +19,7 @@ from comlrl.rl import PPOLossOutput, group_stats
 from pettingllms.execution import Sample
 from pettingllms.trainer.grouping import member_table
 
-__all__ = ["StepTable", "UpdateStats", "mean", "rollout_metrics"]
+__all__ = ["StepTable", "UpdateStats", "episode_successes", "mean", "rollout_metrics"]
 
 
 def mean(values: Sequence[float]) -> float:
@@ -26,8 +32,33 @@ def _mean_std(values: Sequence[float]) -> tuple[float, float]:
     return float(t.mean()), float(t.std()) if len(values) > 1 else 0.0
 
 
+def _episode(sample: Sample) -> tuple[int, int]:
+    # env_index numbers a rollout's episodes: the problem in tree mode, the trajectory in independent mode.
+    return sample.problem_id, sample.env_index
+
+
+def episode_successes(samples: Sequence[Sample]) -> dict[tuple[int, int], bool]:
+    """``{(problem_id, env_index): success}`` of every finished episode of one rollout.
+
+    An episode ends at the selected sample whose step finished it (``selected and done``; tree mode: the
+    branch that continued, independent mode: every sample); its ``success`` is the team's. An episode
+    abandoned because every candidate of a decision was dropped has no such sample and is left out, as
+    :attr:`~pettingllms.execution.RolloutBatch.success_rate` leaves it out.
+    """
+    return {_episode(s): bool(s.success) for s in samples if s.selected and s.done}
+
+
+def _team_success(samples: Sequence[Sample], outcomes: Mapping[tuple[int, int], bool]) -> float:
+    """The team's success rate over the finished episodes ``samples`` acted in (0 for none)."""
+    episodes = {_episode(s) for s in samples} & outcomes.keys()
+    return sum(outcomes[e] for e in episodes) / len(episodes) if episodes else 0.0
+
+
 def _sample_metrics(
-    samples: Sequence[Sample], zero_std: Mapping[Hashable, bool], prefix: str
+    samples: Sequence[Sample],
+    zero_std: Mapping[Hashable, bool],
+    outcomes: Mapping[tuple[int, int], bool],
+    prefix: str,
 ) -> dict[str, float]:
     out: dict[str, float] = {f"{prefix}num_samples": float(len(samples))}
     for part, attribute in (("reward", "reward"), ("global_reward", "global_reward"), ("local_reward", "local_reward")):
@@ -37,7 +68,7 @@ def _sample_metrics(
     keys = {s.group_key for s in samples}
     out[f"{prefix}frac_reward_zero_std"] = sum(zero_std[k] for k in keys) / len(keys)
     out[f"{prefix}parse_error_rate"] = sum(s.parse_error is not None for s in samples) / len(samples)
-    out[f"{prefix}success_rate"] = sum(bool(s.success) for s in samples) / len(samples)
+    out[f"{prefix}success_rate"] = _team_success(samples, outcomes)
     out[f"{prefix}completions/mean_length"] = sum(len(s.completion_ids) for s in samples) / len(samples)
     return out
 
@@ -48,7 +79,8 @@ def rollout_metrics(samples: Sequence[Sample], zero_std_atol: float = 1e-8) -> d
     ``reward``/``reward_std``/``frac_reward_zero_std`` are TRL's (mean member reward, mean within-group std,
     fraction of groups with std ``<= zero_std_atol``); the ``<part>_mean`` / ``<part>_std`` of
     ``reward`` (mixed), ``global_reward`` and ``local_reward`` are over samples (unbiased std, 0 for one
-    sample); ``frac_reward_zero_std`` of a subset is over the groups its samples belong to.
+    sample); ``frac_reward_zero_std`` of a subset is over the groups its samples belong to; a subset's
+    ``success_rate`` is the team's over the finished episodes it acted in (:func:`episode_successes`).
     """
     table = member_table(samples)
     stats = group_stats(table.rewards, table.group_ids, zero_std_atol)
@@ -57,13 +89,14 @@ def rollout_metrics(samples: Sequence[Sample], zero_std_atol: float = 1e-8) -> d
     out["num_samples"] = float(len(samples))
     out["parse_error_rate"] = sum(s.parse_error is not None for s in samples) / len(samples)
     out["completions/mean_length"] = sum(len(s.completion_ids) for s in samples) / len(samples)
+    outcomes = episode_successes(samples)
     subsets: dict[str, list[Sample]] = {}
     for s in samples:
         subsets.setdefault(f"agent/{s.role}/", []).append(s)
         subsets.setdefault(f"agent/{s.role}/turn_{s.turn}/", []).append(s)
         subsets.setdefault(f"policy/{s.policy}/", []).append(s)
     for prefix in sorted(subsets):
-        out.update(_sample_metrics(subsets[prefix], zero_std, prefix))
+        out.update(_sample_metrics(subsets[prefix], zero_std, outcomes, prefix))
     for name in sorted({s.policy for s in samples}):
         sub = member_table([s for s in samples if s.policy == name])
         out.update(group_stats(sub.rewards, sub.group_ids, zero_std_atol).as_metrics(f"policy/{name}/"))
@@ -113,33 +146,77 @@ class UpdateStats:
         return metrics
 
 
-class StepTable:
-    """The per-step table written under the progress bar: a header once, then one row per logged step
-    (policy metrics averaged over ``policies``)."""
+# What the table's training success measures, by sampling mode: (column header, the note printed once
+# above the header; {k} is "K=4", or "K" when the table is not told). Tree rollouts keep the best of K
+# candidates at each decision.
+SUCCESS_NOTES = {
+    "tree": (
+        "succ@bestK",
+        "succ@bestK: training success; each decision keeps the best of {k} candidates, so it runs above "
+        "held-out (eval) success",
+    ),
+    "independent": (
+        "succ@train",
+        "succ@train: training success, the mean over {k} sampled trajectories per problem",
+    ),
+}
 
-    def __init__(self, policies: Sequence[str]) -> None:
+
+class StepTable:
+    """The per-step table written under the progress bar: a note on the training success and a header
+    once, then one row per logged step (policy metrics averaged over ``policies``).
+
+    ``sampling_mode`` and ``num_generations`` (K) are the trainer's: they say what the training success
+    column measures (best-of-K in tree mode)."""
+
+    def __init__(
+        self, policies: Sequence[str], sampling_mode: str = "tree", num_generations: int | None = None
+    ) -> None:
+        if sampling_mode not in SUCCESS_NOTES:
+            raise ValueError(f"`sampling_mode` must be one of {list(SUCCESS_NOTES)}, got {sampling_mode!r}")
         self.policies = list(policies)
+        self.sampling_mode = sampling_mode
+        self.num_generations = num_generations
         self.header_printed = False
+        success = SUCCESS_NOTES[sampling_mode][0]
+        # (header, width) of every column, in row order
+        self.columns = [
+            ("step", 6), (success, 10), ("reward", 8), ("zero_std", 8), ("loss", 9), ("clip", 7), ("kl", 8),
+            ("entropy", 8), ("len", 6), ("secs", 6),
+        ]  # fmt: skip
+
+    def header_lines(self) -> list[str]:
+        """The note on the training success column, then the column names."""
+        k = "K" if self.num_generations is None else f"K={self.num_generations}"
+        note = SUCCESS_NOTES[self.sampling_mode][1].format(k=k)
+        return [note, " ".join(name.rjust(width) for name, width in self.columns)]
+
+    def row(self, step: int, metrics: Mapping[str, float]) -> str:
+        """One logged step's row."""
+
+        def across(key: str) -> float:
+            names = [f"policy/{n}/{key}" for n in self.policies]
+            return mean([metrics[name] for name in names if name in metrics])
+
+        values = [
+            f"{step}",
+            f"{metrics['success_rate']:.3f}",
+            f"{metrics['reward']:.3f}",
+            f"{metrics['frac_reward_zero_std']:.2f}",
+            f"{across('loss'):.4f}",
+            f"{across('clip_ratio/region_mean'):.3f}",
+            f"{across('approx_kl'):.4f}",
+            f"{across('entropy'):.3f}",
+            f"{metrics['completions/mean_length']:.1f}",
+            f"{metrics['time/step_s']:.1f}",
+        ]
+        return " ".join(value.rjust(width) for value, (_, width) in zip(values, self.columns))
 
     def print_row(self, step: int, metrics: Mapping[str, float]) -> None:
         from tqdm.auto import tqdm
 
-        def across(key: str) -> float:
-            return mean([metrics[f"policy/{n}/{key}"] for n in self.policies if f"policy/{n}/{key}" in metrics])
-
-        columns = [
-            ("step", f"{step}", 6),
-            ("success", f"{metrics['success_rate']:.3f}", 8),
-            ("reward", f"{metrics['reward']:.3f}", 8),
-            ("zero_std", f"{metrics['frac_reward_zero_std']:.2f}", 8),
-            ("loss", f"{across('loss'):.4f}", 9),
-            ("clip", f"{across('clip_ratio/region_mean'):.3f}", 7),
-            ("kl", f"{across('approx_kl'):.4f}", 8),
-            ("entropy", f"{across('entropy'):.3f}", 8),
-            ("len", f"{metrics['completions/mean_length']:.1f}", 6),
-            ("secs", f"{metrics['time/step_s']:.1f}", 6),
-        ]
         if not self.header_printed:
-            tqdm.write(" ".join(name.rjust(width) for name, _, width in columns))
+            for line in self.header_lines():
+                tqdm.write(line)
             self.header_printed = True
-        tqdm.write(" ".join(value.rjust(width) for _, value, width in columns))
+        tqdm.write(self.row(step, metrics))

@@ -10,12 +10,12 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pettingllms.execution import GroupKey, Sample
+from pettingllms.execution import GroupKey, ProblemOutcome, RolloutBatch, Sample
 from pettingllms.trainer import at_grpo
 from pettingllms.trainer.at_grpo_config import ATGRPOConfig
 from pettingllms.trainer.grouping import at_grpo_group_key, member_table, sample_advantages
 from pettingllms.trainer.losses import accumulation_scale, at_grpo_loss
-from pettingllms.trainer.metrics import rollout_metrics
+from pettingllms.trainer.metrics import episode_successes, rollout_metrics
 from pettingllms.trainer.micro_batches import micro_batch_groups
 from pettingllms.trainer.problems import draw_problem_ids, problem_order
 
@@ -39,6 +39,9 @@ def make_sample(
     success=False,
     length=3,
     key=None,
+    env_index=0,
+    selected=False,
+    done=False,
 ) -> Sample:
     role = role or ("tool", "plan")[agent_index % 2]
     local = group_reward - alpha * global_reward if local_reward is None else local_reward
@@ -46,7 +49,7 @@ def make_sample(
         key = GroupKey(problem_id, turn, agent_index) if mode == "tree" else GroupKey(problem_id, None, None)
     return Sample(
         problem_id=problem_id,
-        env_index=0,
+        env_index=env_index,
         turn=turn,
         agent_index=agent_index,
         role=role,
@@ -68,10 +71,11 @@ def make_sample(
         global_reward=global_reward,
         alpha=alpha,
         reward=alpha * global_reward + local,
-        done=False,
+        done=done,
         success=success,
         group_key=key,
         mode=mode,
+        selected=selected,
         group_reward=group_reward,
     )
 
@@ -333,8 +337,8 @@ def test_rollout_metrics_per_agent_turn_and_policy_match_hand_computation():
         # problem 0, turn 0, tool: rewards 1 (global 0.5, local 0.5), 0 (global 0, local 0, parse error)
         make_sample(0, 0, 0, 0, 1.0, global_reward=0.5, role="tool", policy="tool", length=4),
         make_sample(0, 0, 0, 1, 0.0, role="tool", policy="tool", parse_error="bad", length=2),
-        # problem 0, turn 0, plan: equal rewards 2, 2 (zero std), one success
-        make_sample(0, 0, 1, 0, 2.0, global_reward=1.0, role="plan", policy="plan", success=True),
+        # problem 0, turn 0, plan: equal rewards 2, 2 (zero std)
+        make_sample(0, 0, 1, 0, 2.0, global_reward=1.0, role="plan", policy="plan"),
         make_sample(0, 0, 1, 1, 2.0, global_reward=1.0, role="plan", policy="plan"),
         # problem 0, turn 1, tool: 3, 1
         make_sample(0, 1, 0, 0, 3.0, role="tool", policy="tool"),
@@ -353,13 +357,71 @@ def test_rollout_metrics_per_agent_turn_and_policy_match_hand_computation():
     assert m["agent/tool/turn_0/completions/mean_length"] == pytest.approx(3.0)
     assert m["agent/tool/turn_0/frac_reward_zero_std"] == 0.0
     assert m["agent/plan/turn_0/frac_reward_zero_std"] == 1.0
-    assert m["agent/plan/turn_0/success_rate"] == pytest.approx(0.5)
     assert m["agent/plan/turn_0/reward_std"] == 0.0
     assert m["agent/tool/reward_mean"] == pytest.approx(5 / 4)
     assert m["agent/tool/num_samples"] == 4.0
     assert m["policy/tool/reward"] == pytest.approx(5 / 4)
     assert m["policy/tool/frac_reward_zero_std"] == 0.0
     assert m["policy/plan/frac_reward_zero_std"] == 1.0
+
+
+def test_agent_success_is_the_team_success_of_the_episodes_the_agent_acted_in():
+    def step(problem, turn, agent, candidate, **kw):
+        role = ("tool", "plan")[agent]
+        return make_sample(problem, turn, agent, candidate, env_index=problem, role=role, policy=role, **kw)
+
+    samples = [
+        # problem 0: the plan agent's selected candidate solves it at turn 0
+        step(0, 0, 0, 0, selected=True), step(0, 0, 0, 1),
+        step(0, 0, 1, 0), step(0, 0, 1, 1, selected=True, done=True, success=True),
+        # problem 1: fails at turn 1; an unselected plan candidate would have solved it (best-of-K aside,
+        # a candidate's own success is not the episode's)
+        step(1, 0, 0, 0, selected=True), step(1, 0, 1, 0, selected=True),
+        step(1, 1, 0, 0, selected=True),
+        step(1, 1, 1, 0, selected=True, done=True), step(1, 1, 1, 1, done=True, success=True),
+        # problem 2: abandoned at turn 1 (every plan candidate dropped): no outcome, left out everywhere
+        step(2, 0, 0, 0, selected=True), step(2, 0, 1, 0, selected=True), step(2, 1, 0, 0, selected=True),
+        # problem 3: the tool agent's step ends it (failed) before the plan agent acts
+        step(3, 0, 0, 0, selected=True, done=True),
+    ]  # fmt: skip
+    outcomes = [ProblemOutcome(0, 0, True, True, 1, 1.0), ProblemOutcome(1, 0, False, True, 2, 0.0),
+                ProblemOutcome(2, 0, False, False, 1, 0.0, dropped=True), ProblemOutcome(3, 0, False, True, 1, 0.0)]
+    team = RolloutBatch(step=1, mode="tree", samples=samples, outcomes=outcomes).success_rate
+    assert team == pytest.approx(1 / 3)
+    assert episode_successes(samples) == {(0, 0): True, (1, 1): False, (3, 3): False}
+    m = rollout_metrics(samples)
+    assert m["agent/tool/success_rate"] == pytest.approx(1 / 3)  # problems 0, 1, 3 finished: the team's rate
+    assert m["agent/plan/success_rate"] == pytest.approx(1 / 2)  # problems 0 and 1
+    assert m["policy/plan/success_rate"] == pytest.approx(1 / 2)
+    assert m["agent/plan/turn_0/success_rate"] == pytest.approx(1 / 2)
+    assert m["agent/plan/turn_1/success_rate"] == 0.0  # problem 1 only
+    assert m["agent/tool/turn_1/success_rate"] == 0.0  # problem 1 (problem 2 has no outcome)
+
+    # independent mode: every sample is on its trajectory (selected); env_index numbers the trajectories
+    trajectories = [
+        make_sample(5, 0, 0, 0, env_index=0, mode="independent", selected=True),
+        make_sample(5, 0, 1, 0, env_index=0, mode="independent", selected=True, done=True, success=True),
+        make_sample(5, 0, 0, 1, env_index=1, mode="independent", selected=True),
+        make_sample(5, 0, 1, 1, env_index=1, mode="independent", selected=True, done=True),
+    ]
+    assert rollout_metrics(trajectories)["agent/tool/success_rate"] == pytest.approx(1 / 2)
+
+
+@pytest.mark.parametrize("mode", ["tree", "independent"])
+def test_every_agent_of_a_real_rollout_has_the_batchs_team_success(mode):
+    # both agents act in every episode, so each has exactly the team's success (the tool agent never ends
+    # an episode: the share of its own samples that did is 0)
+    from pettingllms.execution import EngineConfig, RolloutEngine, Router
+    from tests.pettingllms.test_execution_tree import ScriptedBackend, env_config, worse_plan_policies
+
+    router = Router({"tool": "tool", "plan": "plan"}, ScriptedBackend(worse_plan_policies()))
+    config = EngineConfig(num_generations=2, sampling_mode=mode, seed=0)
+    env = env_config("plan_path", ("tool", "plan"), max_turns=2)  # short enough that some episodes fail
+    batch = RolloutEngine.from_registry("plan_path", env, router, config).rollout(list(range(12)), step=1)
+    assert 0 < batch.success_rate < 1
+    m = rollout_metrics(batch.samples)
+    assert m["agent/tool/success_rate"] == m["agent/plan/success_rate"] == batch.success_rate
+    assert not any(s.success for s in batch.samples if s.role == "tool")
 
 
 # ------------------------------------------------------------------------------------------- config
