@@ -1,15 +1,31 @@
 #!/usr/bin/env bash
-# Held-out success of saved policies: a run folder (its policies/), a policies/ folder or a checkpoint-N/.
-# Usage: bash examples/eval_plan_path.sh RUN_OR_CHECKPOINT_DIR [section.key=value ...]
-#   e.g. bash examples/eval_plan_path.sh runs/quickstart eval.num_instances=200 eval.num_samples=4 eval.temperature=1.0
+# Held-out success of a finished run, evaluated the way the run evaluated itself.
+#
+# `pettingllms eval --checkpoint RUN_DIR` (no CONFIG) reads the run's resolved config RUN_DIR/config.yaml:
+# its environment, level and model, and its eval section (held-out instances, samples per instance,
+# temperature, seed), and plays RUN_DIR/policies/. So on runs/quickstart it reproduces the success the run
+# printed. It prints a summary line with the settings used and writes RUN_DIR/eval_results.json (--output
+# FILE writes elsewhere). Extra arguments are config overrides, e.g. 200 fresh instances from an unused seed
+# range:
+#   bash examples/eval_plan_path.sh runs/quickstart eval.num_instances=200 eval.seed_start=2000000
+# Usage: bash examples/eval_plan_path.sh RUN_DIR [section.key=value ...] [--output FILE]
+#   SHORT=1 evaluates the first 4 of the run's held-out instances only; PYTHON: see examples/_common.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source examples/_common.sh
 
-CHECKPOINT=${1:?usage: eval_plan_path.sh RUN_OR_CHECKPOINT_DIR [overrides]}
+if [[ $# -lt 1 || "$1" == -* ]]; then
+  echo "usage: bash examples/eval_plan_path.sh RUN_DIR [section.key=value ...] [--output FILE]" >&2
+  exit 2
+fi
+RUN=$1
 shift
-LEVEL=${LEVEL:-L1}              # must match the level the policies were trained at
+if is_short; then
+  set -- eval.num_instances=4 "$@"  # first, so that an explicit eval.num_instances still wins
+  SHORT_NOTE="(SHORT=1: only the first 4 of the run's held-out instances.)"
+fi
 
-.venv/bin/pettingllms eval "plan_path/${LEVEL}" --checkpoint "$CHECKPOINT" \
-  eval.num_instances=100 \
-  eval.seed_start=1000000 \
-  "$@"
+"${PETTINGLLMS[@]}" eval --checkpoint "$RUN" "$@"
+
+say "What this showed: the held-out success of the policies in $RUN under that run's own config and eval settings" \
+    "(overrides: ${*:-none}); the JSON report holds the settings and every instance's result."
