@@ -415,7 +415,13 @@ def _describe(stage: str, metrics: Mapping[str, float], config: Mapping[str, Any
         return line
     if stage == "sft":
         if "sft/loss_first" in metrics:
-            return f"loss {metrics['sft/loss_first']:.3f} -> {metrics['sft/loss_last']:.3f} ({int(metrics['sft/steps'])} steps)"
+            epochs, steps = int(config["sft"]["epochs"]), int(metrics["sft/steps"])
+            if epochs == 1:
+                return f"mean loss {metrics['sft/loss_first']:.3f} over 1 epoch ({steps} steps)"
+            return (
+                f"mean loss {metrics['sft/loss_first']:.3f} (epoch 1) -> {metrics['sft/loss_last']:.3f} "
+                f"(epoch {epochs}) ({steps} steps)"
+            )
         return "no demonstrations"
     if stage in ("at_grpo", "grpo"):
         parts = [f"{int(metrics['steps'])} steps"]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job: a team of two agents (tool + plan, one shared `small` model) learns Plan-Path 4x4.
-# Oracle warm start, held-out success, AT-GRPO, held-out success again; about 10 minutes on 2 CPU cores.
+# Oracle warm start, held-out success, AT-GRPO, held-out success again; 8 to 25 minutes on 2 CPU cores, depending on the CPU.
 # Prints the success before and after and writes runs/quickstart/ (config, metrics, checkpoints,
 # policies, plots/*.png). Extra arguments are config overrides or flags, e.g. `at_grpo.max_steps=10`.
 set -euo pipefail

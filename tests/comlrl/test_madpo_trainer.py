@@ -256,10 +256,9 @@ def test_evaluate_uses_the_task_reward_and_the_eval_hooks(tiny_model_path, tmp_p
     assert kwargs["batch_items"] == items(3) and kwargs["prompts"] == [it["prompt"] for it in items(3)]
     assert "eval/turn_1/chars" in result
     assert records(trainer)[-1]["eval/turn_1/reward_mean"] == 2.0
-    assert (
-        MADPOTrainer(agent_model=tiny_model_path, reward_func=varied_reward, args=config(tmp_path)).evaluate()
-        == {}
-    )
+    no_eval_data = MADPOTrainer(agent_model=tiny_model_path, reward_func=varied_reward, args=config(tmp_path))
+    with pytest.warns(UserWarning, match="built without an `eval_dataset`"):
+        assert no_eval_data.evaluate() == {}
 
 
 def test_hf_dataset_chat_formatters_and_batch_items_reward(tiny_model_path, tmp_path):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -410,8 +411,14 @@ class MultiAgentTrainerBase(TrainerCore):
     def evaluate(self, num_eval_samples: int | None = None) -> dict[str, float]:
         """Sample one joint response per evaluation item from the current policies and score it with the
         task reward; returns (and logs) ``eval/turn_1/reward_mean``, ``eval/turn_1/expected_return`` and
-        ``eval/<key>`` for the ``eval_aggregator``'s keys. ``{}`` without an ``eval_dataset``."""
+        ``eval/<key>`` for the ``eval_aggregator``'s keys. ``{}`` (with a warning) without an ``eval_dataset``."""
         if self.eval_dataset is None:
+            warnings.warn(
+                "evaluate() has nothing to evaluate: the trainer was built without an `eval_dataset`; pass "
+                "eval_dataset=... to measure the task reward",
+                UserWarning,
+                stacklevel=2,
+            )
             return {}
         count = self.args.eval_num_samples if num_eval_samples is None else num_eval_samples
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
