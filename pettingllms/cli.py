@@ -84,7 +84,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     commands: dict[str, argparse.ArgumentParser] = {}
     for name, module, text in (
         ("train", train, "run a config's pipeline (sft, at_grpo, grpo, madpo, marlhf, eval)"),
-        ("eval", evaluate, "held-out success of saved policies"),
+        ("eval", evaluate, "held-out success of saved policies or a scripted policy (oracle, random)"),
         ("dataprocess", dataprocess, "pre-generate puzzle banks and demonstration sets"),
     ):
         command = sub.add_parser(
