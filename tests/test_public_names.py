@@ -26,6 +26,8 @@ MODULES = (
     "pettingllms.pipeline",
     "pettingllms.stages.preference",
     "pettingllms.cli",
+    "pettingllms.envs.code",
+    "pettingllms.scripts.dataprocess",
 )
 
 

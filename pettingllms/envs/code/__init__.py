@@ -1,0 +1,50 @@
+"""Code: write a program (or a function) that passes a benchmark problem's tests.
+
+This package holds the data side: the normalised :class:`CodeProblem` record and its JSONL layout, the
+loaders of APPS, CodeContests, LiveCodeBench, HumanEval and MBPP from local files, and the restricted
+unpickler LiveCodeBench's private tests need.
+"""
+
+from pettingllms.envs.code.data import (
+    DATASETS,
+    CodeDataError,
+    CodeProblem,
+    humaneval_data_path,
+    load_apps,
+    load_codecontests,
+    load_humaneval,
+    load_livecodebench,
+    load_mbpp,
+    load_problems,
+    normalised_path,
+    read_jsonl,
+    read_rows,
+    write_jsonl,
+)
+from pettingllms.envs.code.unpickle import (
+    RestrictedUnpickler,
+    UnsafePickleError,
+    decode_private_tests,
+    restricted_loads,
+)
+
+__all__ = [
+    "DATASETS",
+    "CodeDataError",
+    "CodeProblem",
+    "RestrictedUnpickler",
+    "UnsafePickleError",
+    "decode_private_tests",
+    "humaneval_data_path",
+    "load_apps",
+    "load_codecontests",
+    "load_humaneval",
+    "load_livecodebench",
+    "load_mbpp",
+    "load_problems",
+    "normalised_path",
+    "read_jsonl",
+    "read_rows",
+    "restricted_loads",
+    "write_jsonl",
+]
