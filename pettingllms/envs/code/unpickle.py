@@ -18,6 +18,8 @@ import zlib
 __all__ = ["RestrictedUnpickler", "UnsafePickleError", "decode_private_tests", "restricted_loads"]
 
 _PLAIN = (str, bytes, int, float, bool, type(None))
+# The largest inflated private-test payload accepted (LiveCodeBench's biggest rows are ~100 MB inflated).
+MAX_INFLATED_BYTES = 512 * 1024 * 1024
 
 
 class UnsafePickleError(pickle.UnpicklingError):
@@ -59,9 +61,13 @@ def restricted_loads(data: bytes) -> object:
 def _unpack(text: str) -> object:
     """base64 -> zlib -> restricted pickle of a JSON string -> the JSON value."""
     try:
-        raw = zlib.decompress(base64.b64decode(text.encode("utf-8"), validate=True))
+        inflater = zlib.decompressobj()
+        # Capped: a crafted row could otherwise inflate to any size (real rows reach tens of MB).
+        raw = inflater.decompress(base64.b64decode(text.encode("utf-8"), validate=True), MAX_INFLATED_BYTES + 1)
     except (binascii.Error, zlib.error) as error:
         raise ValueError(f"private_test_cases is neither JSON nor base64/zlib data ({error})") from error
+    if len(raw) > MAX_INFLATED_BYTES or inflater.unconsumed_tail:
+        raise ValueError(f"private_test_cases inflates past {MAX_INFLATED_BYTES} bytes; refused")
     decoded = restricted_loads(raw)
     if not isinstance(decoded, str):
         raise ValueError(f"private_test_cases unpickled to {type(decoded).__name__}, expected a JSON string")
