@@ -27,6 +27,8 @@ MODULES = (
     "pettingllms.stages.preference",
     "pettingllms.cli",
     "pettingllms.envs.code",
+    "pettingllms.envs.code.parsing",
+    "pettingllms.envs.code.rewards",
     "pettingllms.scripts.dataprocess",
 )
 
