@@ -25,6 +25,10 @@ What every run gets (Linux):
 * a wall clock after which the run is killed (``timeout``), output capped per stream at
   ``max_output_bytes`` (more kills the run, ``limit="output"``), stdin fed from ``run(stdin=...)``.
 
+Judging: ``await pool.run_tests(programs, [TestCase(stdin=..., expected_stdout=...) or
+TestCase(assertion=...)], time_limit_s=...)`` returns a :class:`TestVerdict` per (program, test): one
+launch per program, each test forked from a warm harness with fresh state (see ``judge.py``).
+
 After each run the pool kills anything left of a dedicated uid (and, without a mount namespace, deletes
 that uid's files in ``/tmp``, ``/var/tmp``, ``/dev/shm``), so nothing outlives the call.
 
@@ -54,20 +58,36 @@ Limits of the design (say so where it matters):
 """
 
 from pettingllms.sandbox.config import NETWORK_MODES, SandboxConfig
+from pettingllms.sandbox.judge import (
+    COMPARE_MODES,
+    VERDICT_STATUSES,
+    TestCase,
+    TestVerdict,
+    VerdictCache,
+    compare_output,
+    verdict_cache,
+)
 from pettingllms.sandbox.pool import SandboxPool
 from pettingllms.sandbox.processes import kill_uid, pids_of_uid, remove_files_of_uid
 from pettingllms.sandbox.result import LIMITS, ExecutionResult, SandboxError, classify_exit, limit_from_stderr
 
 __all__ = [
+    "COMPARE_MODES",
     "ExecutionResult",
     "LIMITS",
     "NETWORK_MODES",
     "SandboxConfig",
     "SandboxError",
     "SandboxPool",
+    "TestCase",
+    "TestVerdict",
+    "VERDICT_STATUSES",
+    "VerdictCache",
     "classify_exit",
+    "compare_output",
     "kill_uid",
     "limit_from_stderr",
     "pids_of_uid",
     "remove_files_of_uid",
+    "verdict_cache",
 ]

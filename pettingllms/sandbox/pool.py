@@ -27,6 +27,7 @@ import weakref
 from dataclasses import dataclass
 
 from pettingllms.sandbox.config import SandboxConfig
+from pettingllms.sandbox.judge import run_tests as judge_programs
 from pettingllms.sandbox.processes import kill_uid, remove_files_of_uid
 from pettingllms.sandbox.result import ExecutionResult, SandboxError, classify_exit
 
@@ -451,6 +452,10 @@ class SandboxPool:
                     self._free_slots.append(slot)
         self.counts[result.status] += 1
         return result
+
+    async def run_tests(self, programs: list[str], tests: list, **options) -> list[list]:
+        """Judge programs x tests in one batch (see :func:`pettingllms.sandbox.judge.run_tests`)."""
+        return await judge_programs(self, programs, tests, **options)
 
     def run_sync(self, code: str, stdin: str = "", timeout: float | None = None) -> ExecutionResult:
         """:meth:`run` for synchronous callers (not from inside a running event loop)."""

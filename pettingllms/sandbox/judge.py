@@ -1,0 +1,316 @@
+"""Batched judging of model-written programs against test cases (:func:`run_tests`, used through
+:meth:`SandboxPool.run_tests`).
+
+A batch is programs x tests. Each distinct program is one sandbox launch through the pool (every
+namespace, rlimit and uid protection of :meth:`SandboxPool.run` applies), whose program is the harness
+``judge_harness.py``: it forks one child per test from a warm interpreter, so every test starts from
+fresh interpreter state, and kills a child at the per-test time limit or output cap without touching
+the other tests. Outputs of stdin/stdout tests are compared here, outside the sandbox, with
+:func:`compare_output`. Verdicts are cached per pool by (program, test set, limits) in an LRU.
+
+When the harness's result lines for one launch could pass the pool's ``max_output_bytes``, the tests
+are split over several launches. ``stop_on_first_failure`` stops a launch at the first test that
+crashes or times out and reports every test after the first failure (wrong answers included) as
+``not_run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import math
+import os
+import threading
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from pettingllms.sandbox.judge_harness import COMPARE_MODES, FLOAT_TOLERANCE, compare_output
+from pettingllms.sandbox.result import SandboxError
+
+HARNESS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "judge_harness.py")
+VERDICT_STATUSES: tuple[str, ...] = ("passed", "wrong_answer", "runtime_error", "timeout", "output_limit",
+                                     "not_run")
+DEFAULT_OUTPUT_LIMIT_BYTES = 1 << 16
+STDERR_TAIL_BYTES = 2048
+# Characters of a test's stdout kept in its verdict (the comparison sees all of it, up to the cap).
+KEPT_OUTPUT_CHARS = 4096
+CACHE_SIZE = 4096
+# Wall seconds a launch may take beyond its tests' time limits (interpreter start, forks, pipes).
+LAUNCH_SLACK_S = 5.0
+PER_TEST_SLACK_S = 0.5
+_RECORD_OVERHEAD_BYTES = 200
+
+
+@dataclass(frozen=True)
+class TestCase:
+    """One test: ``stdin`` fed to the program and ``expected_stdout`` compared with what it prints, or
+    ``assertion``: code run after the program in its ``__main__`` namespace (``assert f(1) == 2``, or
+    a ``check(candidate)`` definition and call); it passes when the run exits with status 0."""
+
+    __test__ = False  # not a pytest class
+
+    stdin: str = ""
+    expected_stdout: str | None = None
+    assertion: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.stdin, str):
+            raise TypeError(f"`stdin` must be str, got {type(self.stdin).__name__}")
+        if (self.expected_stdout is None) == (self.assertion is None):
+            raise ValueError("a TestCase needs exactly one of `expected_stdout` and `assertion`")
+        for name in ("expected_stdout", "assertion"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"`{name}` must be str or None, got {type(value).__name__}")
+
+
+@dataclass(frozen=True)
+class TestVerdict:
+    """The outcome of one (program, test): ``status`` in :data:`VERDICT_STATUSES`, the program's stdout
+    (first :data:`KEPT_OUTPUT_CHARS` characters), the tail of its stderr (for prompts), its exit code
+    (``None`` when killed or not run; a negative number is a signal) and its wall seconds."""
+
+    __test__ = False
+
+    status: str
+    output: str = ""
+    error: str = ""
+    returncode: int | None = None
+    seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in VERDICT_STATUSES:
+            raise ValueError(f"`status` must be one of {list(VERDICT_STATUSES)}, got {self.status!r}")
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+
+class VerdictCache:
+    """LRU of per-program verdict lists, keyed by a digest of (program, tests, limits)."""
+
+    def __init__(self, size: int = CACHE_SIZE) -> None:
+        self.size = size
+        self._entries: OrderedDict[str, tuple[TestVerdict, ...]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: str) -> tuple[TestVerdict, ...] | None:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is None:
+                self.misses += 1
+                return None
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return found
+
+    def put(self, key: str, verdicts: tuple[TestVerdict, ...]) -> None:
+        with self._lock:
+            self._entries[key] = verdicts
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+_CACHES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_CACHES_LOCK = threading.Lock()
+_HARNESS_SOURCE: list[str] = []
+
+
+def verdict_cache(pool: Any) -> VerdictCache:
+    """The verdict cache of ``pool`` (made on first use; it lives as long as the pool)."""
+    with _CACHES_LOCK:
+        cache = _CACHES.get(pool)
+        if cache is None:
+            cache = _CACHES[pool] = VerdictCache()
+        return cache
+
+
+def _harness_source() -> str:
+    if not _HARNESS_SOURCE:
+        with open(HARNESS_PATH, encoding="utf-8") as f:
+            _HARNESS_SOURCE.append(f.read())
+    return _HARNESS_SOURCE[0]
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def digest_of_tests(tests: list[TestCase]) -> str:
+    """A stable hash of a test set (the cache key's test part)."""
+    return _digest([[t.stdin, t.expected_stdout, t.assertion] for t in tests])
+
+
+def _chunks(count: int, output_limit: int, pool_cap: int) -> list[range]:
+    """Consecutive ranges of test indices whose worst-case result lines fit the pool's output cap."""
+    per_test = 4 * math.ceil((output_limit + STDERR_TAIL_BYTES) / 3) + _RECORD_OVERHEAD_BYTES
+    per_launch = (pool_cap - _RECORD_OVERHEAD_BYTES) // per_test
+    if per_launch < 1:
+        raise ValueError(f"`output_limit_bytes`={output_limit} is too large for the pool's "
+                         f"max_output_bytes={pool_cap}: one test's result must fit (base64, "
+                         f"{STDERR_TAIL_BYTES} bytes of stderr); lower it or raise max_output_bytes")
+    return [range(start, min(start + per_launch, count)) for start in range(0, count, per_launch)]
+
+
+def _decode(text: str) -> str:
+    return base64.b64decode(text).decode("utf-8", errors="replace")
+
+
+def _verdict(record: dict, test: TestCase, mode: str) -> TestVerdict:
+    """Turn one harness record into a verdict (the comparison happens here, outside the sandbox)."""
+    out, err = _decode(record["stdout"]), _decode(record["stderr"])
+    kind, code = record["kind"], record["code"]
+    common = {"output": out[:KEPT_OUTPUT_CHARS], "error": err, "seconds": record["seconds"]}
+    if kind in ("timeout", "output_limit"):
+        return TestVerdict(status=kind, **common)
+    if kind == "signal":
+        return TestVerdict(status="runtime_error", returncode=-code, **common)
+    if code != 0:
+        status = "runtime_error"
+        if test.assertion is not None and err.rstrip().rsplit("\n", 1)[-1].startswith("AssertionError"):
+            status = "wrong_answer"
+        return TestVerdict(status=status, returncode=code, **common)
+    if test.expected_stdout is not None and not compare_output(out, test.expected_stdout, mode):
+        return TestVerdict(status="wrong_answer", returncode=0, **common)
+    return TestVerdict(status="passed", returncode=0, **common)
+
+
+def _parse(stdout: str) -> tuple[bool, dict[int, dict]]:
+    ready, records = False, {}
+    for line in stdout.splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(record, dict):
+            continue
+        if record.get("ready") is True:
+            ready = True
+        elif isinstance(record.get("i"), int):
+            records[record["i"]] = record
+    return ready, records
+
+
+async def _launch(pool: Any, program: str, tests: list[TestCase], indices: range, time_limit: float,
+                  output_limit: int, stop: bool, mode: str) -> list[TestVerdict | None]:
+    """One sandbox launch for ``tests[indices]``; ``None`` for tests the harness did not report."""
+    chunk = [tests[i] for i in indices]
+    payload = {"program": program, "tests": [{"stdin": t.stdin, "assertion": t.assertion} for t in chunk],
+               "time_limit_s": time_limit, "output_limit_bytes": output_limit,
+               "stderr_tail_bytes": STDERR_TAIL_BYTES, "stop_on_failure": stop,
+               "sweep": bool(getattr(pool, "pid_isolated", False))}
+    wall = LAUNCH_SLACK_S + len(chunk) * (time_limit + PER_TEST_SLACK_S)
+    result = await pool.run(_harness_source(), stdin=json.dumps(payload), timeout=wall)
+    ready, records = _parse(result.stdout)
+    if not ready:
+        raise SandboxError(f"the judge harness did not start ({result.status}, limit={result.limit}): "
+                           f"{result.stderr[-2000:]}")
+    # A test without a record after a failure was skipped by the early stop; any other one means the
+    # harness itself ended early (the program killed it, or the launch hit the pool's limits).
+    note = (f"the test harness ended before this test ({result.status}, "
+            f"{'limit ' + result.limit if result.limit else f'exit code {result.returncode}'}): "
+            f"{result.stderr[-STDERR_TAIL_BYTES:]}")
+    verdicts: list[TestVerdict | None] = []
+    for offset, test in enumerate(chunk):
+        record = records.get(offset)
+        if record is not None:
+            verdicts.append(_verdict(record, test, mode))
+        elif stop and any(v is not None and not v.passed for v in verdicts):
+            verdicts.append(None)
+        else:
+            verdicts.append(TestVerdict(status="runtime_error", error=note))
+    return verdicts
+
+
+async def _judge_program(pool: Any, program: str, tests: list[TestCase], time_limit: float,
+                         output_limit: int, stop: bool, mode: str) -> tuple[TestVerdict, ...]:
+    verdicts: list[TestVerdict] = []
+    for indices in _chunks(len(tests), output_limit, pool.config.max_output_bytes):
+        got = await _launch(pool, program, tests, indices, time_limit, output_limit, stop, mode)
+        verdicts.extend(TestVerdict(status="not_run") if v is None else v for v in got)
+        if stop and any(not v.passed for v in verdicts):
+            break
+    if stop:
+        first_failure = next((i for i, v in enumerate(verdicts) if not v.passed), len(tests))
+        verdicts = verdicts[:first_failure + 1]
+    verdicts.extend(TestVerdict(status="not_run") for _ in range(len(tests) - len(verdicts)))
+    return tuple(verdicts)
+
+
+def _check_arguments(programs: Any, tests: Any, time_limit_s: Any, output_limit_bytes: Any,
+                     compare: Any) -> None:
+    if not isinstance(programs, (list, tuple)) or not all(isinstance(p, str) for p in programs):
+        raise TypeError("`programs` must be a list of program source strings")
+    if not isinstance(tests, (list, tuple)) or not all(isinstance(t, TestCase) for t in tests):
+        raise TypeError("`tests` must be a list of TestCase")
+    if not (isinstance(time_limit_s, (int, float)) and not isinstance(time_limit_s, bool)
+            and time_limit_s > 0 and math.isfinite(time_limit_s)):
+        raise ValueError(f"`time_limit_s` must be a finite number > 0, got {time_limit_s!r}")
+    if not (isinstance(output_limit_bytes, int) and not isinstance(output_limit_bytes, bool)
+            and output_limit_bytes >= 1):
+        raise ValueError(f"`output_limit_bytes` must be an integer >= 1, got {output_limit_bytes!r}")
+    if compare not in COMPARE_MODES:
+        raise ValueError(f"`compare` must be one of {list(COMPARE_MODES)}, got {compare!r}")
+
+
+async def run_tests(pool: Any, programs: list[str], tests: list[TestCase], *, time_limit_s: float,
+                    stop_on_first_failure: bool = False,
+                    output_limit_bytes: int = DEFAULT_OUTPUT_LIMIT_BYTES,
+                    compare: str = "float") -> list[list[TestVerdict]]:
+    """Judge every program on every test; ``result[p][t]`` is program ``p``'s verdict on test ``t``.
+
+    ``time_limit_s`` is per test (wall clock; the CPU limit of a test is ``ceil(time_limit_s) + 1``
+    seconds), ``output_limit_bytes`` caps each of a test's stdout and stderr, ``compare`` is the
+    :func:`compare_output` mode for stdin/stdout tests. Distinct programs run concurrently, at most
+    ``pool.max_workers`` at a time; identical programs and cached ones are not run again. Raises
+    :class:`SandboxError` when the sandbox cannot run the harness.
+    """
+    _check_arguments(programs, tests, time_limit_s, output_limit_bytes, compare)
+    tests = list(tests)
+    if not tests:
+        return [[] for _ in programs]
+    cache = verdict_cache(pool)
+    limits = [float(time_limit_s), output_limit_bytes, bool(stop_on_first_failure), compare]
+    test_key = digest_of_tests(tests)
+    keys = [_digest([hashlib.sha256(p.encode("utf-8")).hexdigest(), test_key, limits]) for p in programs]
+    found: dict[str, tuple[TestVerdict, ...]] = {}
+    todo: dict[str, str] = {}
+    for key, program in zip(keys, programs):
+        cached = cache.get(key) if key not in found and key not in todo else None
+        if cached is not None:
+            found[key] = cached
+        elif key not in found:
+            todo[key] = program
+    results = await asyncio.gather(*(
+        _judge_program(pool, program, tests, float(time_limit_s), output_limit_bytes,
+                       bool(stop_on_first_failure), compare) for program in todo.values()))
+    for key, verdicts in zip(todo, results):
+        cache.put(key, verdicts)
+        found[key] = verdicts
+    return [list(found[key]) for key in keys]
+
+
+__all__ = [
+    "COMPARE_MODES",
+    "DEFAULT_OUTPUT_LIMIT_BYTES",
+    "FLOAT_TOLERANCE",
+    "TestCase",
+    "TestVerdict",
+    "VERDICT_STATUSES",
+    "VerdictCache",
+    "compare_output",
+    "run_tests",
+    "digest_of_tests",
+    "verdict_cache",
+]
