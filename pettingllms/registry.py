@@ -297,4 +297,9 @@ for _env, (_path, _prefix) in _BUILTIN_ENVS.items():
     for _role, _suffix in (("tool", "ToolAgent"), ("plan", "PlanAgent"), ("single", "SingleAgent")):
         register_agent(f"{_env}.{_role}", f"{_module}:{_prefix}{_suffix}")
 del _env, _path, _prefix, _module, _role, _suffix
+register_env("code", "pettingllms.envs.code.env:CodeEnv")
+for _role, _class in (("code_generator", "CodeGenerationAgent"), ("test_generator", "UnitTestGenerationAgent"),
+                      ("single", "CodeSingleAgent")):
+    register_agent(f"code.{_role}", f"pettingllms.envs.code.agents:{_class}")
+del _role, _class
 register_worker("sandbox", "pettingllms.sandbox.pool:SandboxPool")

@@ -138,6 +138,9 @@ class BaseEnv(ABC, Generic[StateT]):
     #: with ``respond(agent, env)`` (:mod:`pettingllms.scripted`). Import paths, because those policies
     #: import the environments.
     scripted_policies: ClassVar[Mapping[str, str]] = {}
+    #: Whether the environment judges model-written code itself, so a run needs a sandbox worker
+    #: (:func:`pettingllms.stages.context.make_env_worker`) whatever its agents' tools.
+    needs_sandbox: ClassVar[bool] = False
 
     def __init__(self, config: EnvConfig | Mapping[str, Any] | None = None) -> None:
         if config is None:

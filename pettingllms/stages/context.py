@@ -147,11 +147,14 @@ def check_run_inputs(config: Mapping[str, Any]) -> None:
 
 
 def make_env_worker(config: Mapping[str, Any]):
-    """A :class:`~pettingllms.sandbox.SandboxPool` when an agent of the config uses the ``python`` tool,
-    else None (the environments' own tools run in-process)."""
-    from pettingllms.registry import make_agents, make_worker
+    """A :class:`~pettingllms.sandbox.SandboxPool` when the environment declares ``needs_sandbox`` (it
+    judges code, as ``code`` does) or an agent of the config uses the ``python`` tool, else None (the
+    environments' own tools run in-process)."""
+    from pettingllms.registry import get_env_class, make_agents, make_worker
 
     name, fields, options = workflow_env(config)
+    if getattr(get_env_class(name), "needs_sandbox", False):  # envs need not subclass BaseEnv
+        return make_worker("sandbox")
     agents = make_agents(name, fields["turn_order"], options)
     if any("python" in tuple(getattr(agent, "tools", ()) or ()) for agent in agents):
         return make_worker("sandbox")

@@ -25,7 +25,7 @@ from pettingllms.config import (
 )
 from pettingllms.config.loader import DEFAULTS_FILE, load_yaml_file, parse_override, parse_value
 
-ENVS = ("plan_path", "sokoban", "sudoku")
+ENVS = ("plan_path", "sokoban", "sudoku", "code")
 
 
 # ---- overrides -------------------------------------------------------------------------------------
@@ -221,7 +221,9 @@ def test_switching_env_checks_keys_against_the_new_env():
 # ---- shipped configs -------------------------------------------------------------------------------
 
 # Shipped configs that are not named after their level, with the level they run at.
-NAMED_CONFIGS = {"plan_path/quickstart": "L1"}
+NAMED_CONFIGS = {"plan_path/quickstart": "L1", "code/humaneval": "L1"}
+# The roles of each environment's multi-agent workflow (L0 is always the `single` role alone).
+TEAM_ROLES = {"code": ["code_generator", "test_generator"]}
 
 
 def test_shipped_configs_are_the_levels_and_the_named_ones():
@@ -243,7 +245,7 @@ def test_shipped_config_loads_and_resolves(path, tmp_path):
     assert set(config) == set(load_yaml_file(DEFAULTS_FILE))
     assert all(stage in config for stage in STAGES)
     roles = config["env"]["turn_order"]
-    assert roles == (["single"] if level == "L0" else ["tool", "plan"])
+    assert roles == (["single"] if level == "L0" else TEAM_ROLES.get(env_name, ["tool", "plan"]))
     assert sorted(config["policy"]["agents"]) == sorted(roles)
     # every env key but the section's own is a field of the env's config class, and builds it
     name, fields, _ = env_arguments(config)

@@ -1,10 +1,13 @@
 """Code: write a program (or a function) that passes a benchmark problem's tests.
 
-This package holds the data side: the normalised :class:`CodeProblem` record and its JSONL layout, the
-loaders of APPS, CodeContests, LiveCodeBench, HumanEval and MBPP from local files, and the restricted
-unpickler LiveCodeBench's private tests need.
+The environment (:class:`CodeEnv`) and its agents (the coder :class:`CodeGenerationAgent`, the tester
+:class:`UnitTestGenerationAgent`, the L0 coder :class:`CodeSingleAgent`), its scripted policies, and the
+data side: the normalised :class:`CodeProblem` record and its JSONL layout, the loaders of APPS,
+CodeContests, LiveCodeBench, HumanEval and MBPP from local files, and the restricted unpickler
+LiveCodeBench's private tests need.
 """
 
+from pettingllms.envs.code.agents import CodeGenerationAgent, CodeSingleAgent, UnitTestGenerationAgent
 from pettingllms.envs.code.data import (
     DATASETS,
     CodeDataError,
@@ -21,6 +24,8 @@ from pettingllms.envs.code.data import (
     read_rows,
     write_jsonl,
 )
+from pettingllms.envs.code.env import CodeConfig, CodeEnv, CodeState, Judged
+from pettingllms.envs.code.scripted import CodeOraclePolicy, WrongCodePolicy
 from pettingllms.envs.code.unpickle import (
     RestrictedUnpickler,
     UnsafePickleError,
@@ -30,10 +35,19 @@ from pettingllms.envs.code.unpickle import (
 
 __all__ = [
     "DATASETS",
+    "CodeConfig",
     "CodeDataError",
+    "CodeEnv",
+    "CodeGenerationAgent",
+    "CodeOraclePolicy",
     "CodeProblem",
+    "CodeSingleAgent",
+    "CodeState",
+    "Judged",
     "RestrictedUnpickler",
+    "UnitTestGenerationAgent",
     "UnsafePickleError",
+    "WrongCodePolicy",
     "decode_private_tests",
     "humaneval_data_path",
     "load_apps",

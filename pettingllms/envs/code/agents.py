@@ -1,0 +1,190 @@
+"""The code agents: :class:`CodeGenerationAgent` (the coder), :class:`UnitTestGenerationAgent` (the
+tester) and :class:`CodeSingleAgent` (the coder alone, policy level L0), with the seed's names and protocol.
+
+Each step judges in the sandbox through the env worker (``env_worker.run_tests``; no worker is a
+:class:`~pettingllms.agents.failures.ToolConfigurationError`):
+
+* coder: its program on the ground-truth tests and on the tester's latest tests; the program becomes the
+  current one. Local reward: its ground-truth pass rate.
+* tester: its tests on the current program and on the reference solution; they replace the earlier
+  tests. Local reward: the generated-test score (:func:`~pettingllms.envs.code.rewards.generated_tests_reward`),
+  0 where the dataset has no reference solution (the global part alone then).
+
+A response that does not parse changes nothing and scores the environment's ``parse_error_reward``
+(failure ``parse_error``), for either role.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from pettingllms.agents.base import Agent, Prompt, build_prompt
+from pettingllms.envs.code import prompts, rewards
+from pettingllms.envs.code.data import CodeProblem
+from pettingllms.envs.code.env import CodeEnv, CodeState, judge, require_judge
+from pettingllms.envs.code.parsing import (
+    StdioTestCase,
+    format_program,
+    format_stdio_tests,
+    parse_assert_tests,
+    parse_program,
+    parse_stdio_tests,
+)
+
+__all__ = ["CodeAgent", "CodeGenerationAgent", "CodeSingleAgent", "UnitTestGenerationAgent", "format_tests"]
+
+
+def format_tests(problem: CodeProblem, tests: list[dict[str, str]]) -> str:
+    """Tests in the problem's test layout as a tester response its parser reads back."""
+    if problem.style == "function":
+        return "```python\n" + "\n".join(t["assertion"].strip() for t in tests) + "\n```\n"
+    return format_stdio_tests([StdioTestCase(t["stdin"], t["expected_stdout"]) for t in tests])
+
+
+class CodeAgent(Agent):
+    """Shared parts of the code agents: the environment check and the problem captured for parsing."""
+
+    def __init__(self, *, role: str | None = None, prompt_style: str = "chat") -> None:
+        super().__init__(role=role, prompt_style=prompt_style)
+        self._problem: CodeProblem | None = None
+        self._max_tests = 8
+
+    @staticmethod
+    def _check_env(env: Any) -> CodeEnv:
+        if not isinstance(env, CodeEnv):
+            raise TypeError(f"code agents play the `code` environment, got {getattr(env, 'name', env)!r}")
+        return env
+
+    def _context(self) -> CodeProblem:
+        if self._problem is None:
+            raise RuntimeError(f"{type(self).__name__}: call update_from_env before update_from_model")
+        return self._problem
+
+    def _parse_failed(self, env: CodeEnv) -> None:
+        state = env.state
+        state.last_report = f"{self.role} response not understood ({self.parse_error}); nothing changed"
+        self.local_reward = float(env.config.parse_error_reward)
+        self.failure = "parse_error"
+        self.feedback = state.last_report
+
+
+class CodeGenerationAgent(CodeAgent):
+    """The coder: writes or refines the program (one ```python block)."""
+
+    default_role = "code_generator"
+    #: Whether a tester works with this coder (its prompt then shows the tester's tests).
+    with_tester = True
+
+    def update_from_env(self, turn_idx: int, env_data: Any) -> Prompt:
+        env = self._check_env(env_data)
+        state: CodeState = env.state
+        self._problem = state.problem
+        lines = prompts.problem_lines(state.problem, turn_idx, env.config.max_turns)
+        lines += prompts.program_lines(state.program)
+        if self.with_tester:
+            generated = state.generated
+            lines += prompts.tests_lines(len(state.generated_tests), None if generated is None else generated.passed,
+                                         "" if generated is None else generated.first_failure)
+        lines.append("Write the complete program now." if state.program is None else
+                     "Fix or improve the program; give the complete program.")
+        system = prompts.coder_system(state.problem, self.with_tester)
+        self.prompt = build_prompt(system, "\n".join(lines), self.prompt_style)
+        return self.prompt
+
+    def parse(self, response: str) -> str:
+        self._context()
+        return parse_program(response)
+
+    def format_response(self, program: str) -> str:
+        """A response this agent's parser reads back as ``program`` (for scripted policies)."""
+        return format_program(program)
+
+    async def step(self, env_data: Any, env_worker: Any = None) -> None:
+        env = self._check_env(env_data)
+        state: CodeState = env.state
+        self.failure = None
+        require_judge(env_worker)  # a missing worker is a setup error, whatever the response
+        if self.action is None:
+            self._parse_failed(env)
+            return
+        program: str = self.action
+        tests = list(state.generated_tests)
+        truth, generated = await asyncio.gather(
+            judge(env_worker, [program], list(state.problem.tests), env.config),
+            judge(env_worker, [program], tests, env.config),
+        )
+        state.programs.append(program)
+        state.ground_truth = truth[0]
+        state.generated = generated[0] if tests else None
+        self.local_reward = rewards.coder_local_reward(list(truth[0].passed))
+        passed = sum(truth[0].passed)
+        state.last_report = f"{self.role} wrote a program: {passed} of {len(truth[0].passed)} ground-truth tests pass"
+        self.feedback = state.last_report
+
+
+class CodeSingleAgent(CodeGenerationAgent):
+    """The coder alone (policy level L0): no tester, so no generated tests in its prompt."""
+
+    default_role = "single"
+    with_tester = False
+
+
+class UnitTestGenerationAgent(CodeAgent):
+    """The tester: writes unit tests (input/output pairs, or assert lines for function problems); the
+    environment's ``max_generated_tests`` caps the tests kept per response."""
+
+    default_role = "test_generator"
+
+    def update_from_env(self, turn_idx: int, env_data: Any) -> Prompt:
+        env = self._check_env(env_data)
+        state: CodeState = env.state
+        self._problem = state.problem
+        self._max_tests = env.config.max_generated_tests
+        lines = prompts.problem_lines(state.problem, turn_idx, env.config.max_turns)
+        lines += prompts.program_lines(state.program)
+        generated = state.generated
+        lines += prompts.tests_lines(len(state.generated_tests), None if generated is None else generated.passed,
+                                     "" if generated is None else generated.first_failure)
+        lines.append("Write your tests now.")
+        system = prompts.tester_system(state.problem, self._max_tests)
+        self.prompt = build_prompt(system, "\n".join(lines), self.prompt_style)
+        return self.prompt
+
+    def parse(self, response: str) -> list[dict[str, str]]:
+        problem = self._context()
+        if problem.style == "function":
+            found = parse_assert_tests(response, problem.entry_point, self._max_tests)
+            return [{"assertion": line} for line in found.asserts]
+        cases = parse_stdio_tests(response, self._max_tests).cases
+        return [{"stdin": c.input, "expected_stdout": c.output} for c in cases]
+
+    def format_response(self, tests: list[dict[str, str]]) -> str:
+        """A response this agent's parser reads back as ``tests`` (for scripted policies)."""
+        if not tests:
+            raise ValueError("`tests` must hold at least one test")
+        return format_tests(self._context(), tests)
+
+    async def step(self, env_data: Any, env_worker: Any = None) -> None:
+        env = self._check_env(env_data)
+        state: CodeState = env.state
+        self.failure = None
+        require_judge(env_worker)
+        if self.action is None:
+            self._parse_failed(env)
+            return
+        tests: list[dict[str, str]] = self.action
+        program, reference = state.program, state.reference_solution
+        programs = [p for p in (program, reference) if p is not None]
+        judged = await judge(env_worker, programs, tests, env.config)
+        state.generated_tests = tests
+        state.generated = judged[0] if program is not None else None
+        state.reference = judged[-1] if reference is not None else None
+        local = rewards.generated_tests_reward(
+            reference_passed=None if state.reference is None else list(state.reference.passed),
+            program_passed=None if state.generated is None else list(state.generated.passed),
+        )
+        self.local_reward = 0.0 if local is None else local
+        valid = "" if state.reference is None else f", {sum(state.reference.passed)} pass the reference solution"
+        state.last_report = f"{self.role} wrote {len(tests)} test(s){valid}"
+        self.feedback = state.last_report

