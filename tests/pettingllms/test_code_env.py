@@ -251,6 +251,16 @@ def test_oracle_tests_of_humaneval_pass_the_reference_and_catch_a_wrong_program(
     assert oracle_tests(env.problems()[0])[0]["assertion"].startswith("assert has_close_elements(")
 
 
+
+def test_the_oracle_tester_without_a_standalone_test_scores_a_turn_without_tests(pool):
+    # HumanEval 32 checks through a loop over random polynomials: no assert line can be lifted out of it.
+    env = make_env("code", {"max_turns": 1, "parse_error_reward": -1.0})
+    agents = make_agents("code", env.config.turn_order)
+    assert oracle_tests(env.problems()[32]) == []
+    result = play(env, agents, RolePolicy({"code_generator": WrongCodePolicy()}, CodeOraclePolicy()), pool, 32)
+    assert result.steps[1].failure == "parse_error" and result.steps[1].local_reward == -1.0
+    assert not result.success
+
 # ---- configs and the CLI ------------------------------------------------------------------------------------
 
 

@@ -90,7 +90,9 @@ def _respond(agent: Any, program: str | None, tests: list[dict[str, str]]) -> st
             raise ValueError("this problem has no reference solution: the oracle coder cannot answer")
         return agent.format_response(program)
     if not tests:
-        raise ValueError("the oracle tester has no test it can write for this problem")
+        # Some checks hold no stand-alone assert (HumanEval 32, 38, 50 test through loops): the tester then
+        # answers without a test, which the environment scores as a turn with no parseable test.
+        return "The oracle has no stand-alone test for this problem."
     return agent.format_response(tests)
 
 
