@@ -45,3 +45,23 @@ def tiny_model_path(model_cache) -> str:
     from comlrl.models import build_preset
 
     return str(build_preset("test-tiny", seed=0, cache_dir=model_cache))
+
+
+@pytest.fixture(scope="session")
+def code_data_root(tmp_path_factory) -> str:
+    """A ``$PETTINGLLMS_DATA`` root holding normalised train and test splits of every code dataset with a
+    fixture under ``tests/fixtures/code`` (HumanEval is packaged): the first 8 problems of each fixture
+    as the train split, the other 4 as the test split (their ids differ, so the splits are disjoint)."""
+    import dataclasses
+    from pathlib import Path
+
+    from pettingllms.envs.code.data import load_problems, write_jsonl
+
+    fixtures = Path(__file__).parent / "fixtures" / "code"
+    root = tmp_path_factory.mktemp("pettingllms-data")
+    for dataset, source in (("apps", "test"), ("codecontests", "train"), ("livecodebench", "test"), ("mbpp", "test")):
+        problems = load_problems(dataset, fixtures / dataset / f"{source}.jsonl", source, None)
+        folder = root / "code" / dataset
+        for split, part in (("train", problems[:8]), ("test", problems[8:])):
+            write_jsonl(folder / f"{split}.jsonl", [dataclasses.replace(p, split=split) for p in part])
+    return str(root)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -46,6 +47,7 @@ __all__ = [
     "CONFIG_DIR",
     "DEFAULTS_FILE",
     "ENV_KEYS",
+    "STAGE_SET_ENV_FIELDS",
     "LEVELS",
     "STAGES",
     "ConfigError",
@@ -71,6 +73,10 @@ LEVELS: tuple[str, ...] = ("L0", "L1", "L2", "L3")
 STAGES: tuple[str, ...] = ("sft", "at_grpo", "grpo", "madpo", "marlhf", "eval")
 #: Keys of the ``env`` section that are not fields of the environment's config class.
 ENV_KEYS: tuple[str, ...] = ("name", "tools", "agent_options")
+# Keys with a non-null default that may also be null (what null means is the key's own documentation).
+NULLABLE_KEYS: frozenset[tuple[str, ...]] = frozenset({("eval", "num_instances")})
+# Environment fields the stages set, never a config file: ``purpose`` (train / eval) follows the stage.
+STAGE_SET_ENV_FIELDS: tuple[str, ...] = ("purpose",)
 BASE_KEY = "base"
 #: File name of an environment's shared settings: a ``base:`` of the shipped configs, not one itself.
 BASE_FILE = "base.yaml"
@@ -124,12 +130,32 @@ def _type_name(value: Any) -> str:
     )
 
 
+def _nullable(path: tuple[str, ...]) -> bool:
+    """Whether ``path`` may be null though its default is not: a key of :data:`NULLABLE_KEYS`, or an
+    environment field typed ``X | None`` (the environment's config then checks the value)."""
+    if path in NULLABLE_KEYS:
+        return True
+    return len(path) == 2 and path[0] == "env" and path[1] in _optional_env_fields()
+
+
+@functools.lru_cache(maxsize=1)
+def _optional_env_fields() -> frozenset[str]:
+    from pettingllms.registry import get_env_class, list_envs
+
+    names = set()
+    for env_name in list_envs():
+        config_class = getattr(get_env_class(env_name), "config_class", None)
+        if dataclasses.is_dataclass(config_class):
+            names.update(f.name for f in dataclasses.fields(config_class) if "None" in str(f.type))
+    return frozenset(names)
+
+
 def check_type(path: Sequence[str], value: Any, existing: Any, where: str = "") -> Any:
     """``value`` if it may replace ``existing`` (an int where a float was comes back as a float).
 
     Raises a ConfigError naming the full dotted key and the expected type.
     """
-    if existing is None:
+    if existing is None or (value is None and _nullable(tuple(path))):
         return value
     ok = False
     if isinstance(existing, bool):
@@ -334,7 +360,8 @@ def _yaml_value(value: Any) -> Any:
 
 
 def env_field_defaults(env_name: str) -> dict[str, Any]:
-    """Every field of environment ``env_name``'s config class at its default (tuples as lists)."""
+    """Every field of environment ``env_name``'s config class at its default (tuples as lists), except
+    the fields the stages set (:data:`STAGE_SET_ENV_FIELDS`), which are no config keys."""
     from pettingllms.registry import RegistryError, get_env_class
 
     try:
@@ -343,6 +370,8 @@ def env_field_defaults(env_name: str) -> dict[str, Any]:
         raise ConfigError(f"`env.name`: {exc}") from exc
     out: dict[str, Any] = {}
     for field in dataclasses.fields(config_class):
+        if field.name in STAGE_SET_ENV_FIELDS:
+            continue
         if field.default is not dataclasses.MISSING:
             out[field.name] = _yaml_value(field.default)
         elif field.default_factory is not dataclasses.MISSING:
@@ -404,10 +433,24 @@ def _plain(value: Any) -> Any:
 
 # ---- sections -> objects ---------------------------------------------------------------------------
 
+def _has_purpose(env_name: str) -> bool:
+    """Whether environment ``env_name``'s config has the stage-set ``purpose`` field (every
+    :class:`~pettingllms.envs.base.EnvConfig` does; a registered stand-in need not)."""
+    from pettingllms.registry import RegistryError, get_env_class
+
+    try:
+        config_class = get_env_class(env_name).config_class
+    except (RegistryError, AttributeError):
+        return False
+    return dataclasses.is_dataclass(config_class) and "purpose" in {f.name for f in dataclasses.fields(config_class)}
+
+
 def env_arguments(
-    config: Mapping[str, Any], turn_order: Sequence[str] | None = None
+    config: Mapping[str, Any], turn_order: Sequence[str] | None = None, purpose: str = "eval"
 ) -> tuple[str, dict[str, Any], dict[str, dict[str, Any]]]:
-    """``(env name, env config mapping, agent_options)`` for ``registry.make_env`` / ``make_agents``.
+    """``(env name, env config mapping, agent_options)`` for ``registry.make_env`` / ``make_agents``,
+    building the environment for ``purpose`` (``train`` in training stages, ``eval`` otherwise; see
+    :attr:`~pettingllms.envs.base.EnvConfig.purpose`).
 
     ``env.tools`` becomes the ``tools`` option of the ``tool`` role when that role is in the turn order
     (``env.agent_options.tool.tools``, if given, wins). ``turn_order`` plays other roles than
@@ -415,6 +458,8 @@ def env_arguments(
     """
     env = config["env"]
     fields = {k: v for k, v in env.items() if k not in ENV_KEYS}
+    if _has_purpose(env["name"]):
+        fields["purpose"] = purpose
     options = {role: dict(opts or {}) for role, opts in (env.get("agent_options") or {}).items()}
     if turn_order is not None:
         fields["turn_order"] = list(turn_order)
@@ -463,36 +508,12 @@ def section_to_dataclass(cls: type, mapping: Mapping[str, Any] | None, section_n
 
 # ---- cross-key checks ------------------------------------------------------------------------------
 
-def _seed_range(config: Mapping[str, Any], section: str, count_key: str, per: str | None = None) -> range:
-    values = config[section]
-    start = values["seed_start"]
-    count = values[count_key] * (values[per] if per else 1)
-    for key, value in (("seed_start", start), (count_key, values[count_key])):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ConfigError(f"`{section}.{key}` must be an integer >= 0, got {value!r}")
-    return range(start, start + count)
-
-
-def _train_seed_range(config: Mapping[str, Any], section: str) -> range:
-    """The ``[start, stop)`` of an RL section's ``train_seed_range``."""
-    value = config[section]["train_seed_range"]
-    ok = (
-        isinstance(value, list)
-        and len(value) == 2
-        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-        and 0 <= value[0] < value[1]
-    )
-    if not ok:
-        raise ConfigError(f"`{section}.train_seed_range` must be [start, stop) with 0 <= start < stop, got {value!r}")
-    return range(value[0], value[1])
-
-
 def validate_config(config: Mapping[str, Any]) -> None:
     """Checks that span keys: the environment and its agents build, ``policy.agents`` matches the
-    turn order and the level, stages are known, and the held-out eval seeds are disjoint from the
-    seeds the training stages use."""
+    turn order and the level, stages are known, every stage's seeds fit the split it plays, and no
+    training stage plays a held-out eval instance
+    (:func:`~pettingllms.stages.instances.check_held_out_instances`)."""
     from pettingllms.registry import make_agents, make_env
-    from pettingllms.trainer.demonstrations import check_disjoint_seeds
 
     run = config["run"]
     if isinstance(run["seed"], bool) or not isinstance(run["seed"], int) or run["seed"] < 0:
@@ -546,15 +567,7 @@ def validate_config(config: Mapping[str, Any]) -> None:
         if not isinstance(config.get(stage), dict):
             raise ConfigError(f"section `{stage}` is missing or not a mapping")
 
-    held_out = _seed_range(config, "eval", "num_instances")
-    trained = {"sft": (_seed_range(config, "sft", "num_problems"), "seed_start")}
-    for stage in ("at_grpo", "grpo"):  # problems drawn from the range in a seeded order
-        trained[stage] = (_train_seed_range(config, stage), "train_seed_range")
-    for stage in ("madpo", "marlhf"):  # one problem set, revisited every iteration
-        trained[stage] = (_seed_range(config, stage, "num_problems"), "seed_start")
-    for stage, (seeds, key) in trained.items():
-        if stage in pipeline and "eval" in pipeline:
-            try:
-                check_disjoint_seeds(seeds, held_out, f"{stage} seeds", "eval seeds")
-            except ValueError as exc:
-                raise ConfigError(f"`{stage}.{key}` / `eval.seed_start`: {exc}") from exc
+    from pettingllms.stages.instances import check_held_out_instances
+
+    # Every stage's seeds fit its split, and no training stage plays an instance eval plays.
+    check_held_out_instances(config)

@@ -22,7 +22,7 @@ import asyncio
 import copy
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -36,6 +36,10 @@ def mix_reward(global_reward: float, local_reward: float, alpha: float) -> float
         if not math.isfinite(value):
             raise ValueError(f"`{name}` must be finite, got {value}")
     return alpha * global_reward + local_reward
+
+
+#: What an environment is built for (:attr:`EnvConfig.purpose`).
+PURPOSES: tuple[str, ...] = ("train", "eval")
 
 
 @dataclass(frozen=True)
@@ -52,12 +56,20 @@ class EnvConfig:
     > Rewards
 
     - ``alpha``: weight of the global (task) reward in ``alpha * global + local``.
+
+    > Instances
+
+    - ``purpose``: ``train`` or ``eval``, set by the stages (training stages play ``train``, evaluation
+      ``eval``; a value in a config file is overwritten). Environments whose training and evaluation
+      instances differ read it: a dataset environment's seeds index its train split for ``train`` and its
+      test split for ``eval``. Generated tasks ignore it.
     """
 
     turn_order: tuple[str, ...] = ("tool", "plan")
     max_turns: int = 5
     step_timeout: float = 60.0
     alpha: float = 1.0
+    purpose: str = "eval"
 
     def __post_init__(self) -> None:
         order = self.turn_order
@@ -72,6 +84,8 @@ class EnvConfig:
             raise ValueError(f"`step_timeout` must be > 0 seconds, got {self.step_timeout!r}")
         if not (isinstance(self.alpha, (int, float)) and math.isfinite(self.alpha)):
             raise ValueError(f"`alpha` must be a finite number, got {self.alpha!r}")
+        if self.purpose not in PURPOSES:
+            raise ValueError(f"`purpose` must be one of {list(PURPOSES)}, got {self.purpose!r}")
 
     # From a mapping (a YAML section); an unknown key is an error naming it.
     from_dict = classmethod(strict_from_dict)
@@ -178,6 +192,18 @@ class BaseEnv(ABC, Generic[StateT]):
     @abstractmethod
     def initial_state(self, seed: int) -> StateT:
         """The seeded start state."""
+
+    # ---- instances ----------------------------------------------------------------------------
+    def num_instances(self) -> int | None:
+        """How many instances the seeds index (seeds ``0 .. n - 1``), or None where every seed makes an
+        instance (generated tasks). A dataset environment returns the size of the split it plays."""
+        return None
+
+    def instance_id(self, seed: int) -> Hashable:
+        """What identifies the instance of ``seed`` across purposes, for the check that training never
+        sees an evaluation instance: the seed itself for generated tasks (training and evaluation play
+        the same generator), a dataset's problem id for a dataset environment."""
+        return seed
 
     # ---- status and the global reward ----------------------------------------------------------
     @abstractmethod
@@ -293,4 +319,4 @@ class BaseEnv(ABC, Generic[StateT]):
         return copy.deepcopy(self)
 
 
-__all__ = ["BaseEnv", "EnvConfig", "EnvState", "StepResult", "mix_reward"]
+__all__ = ["PURPOSES", "BaseEnv", "EnvConfig", "EnvState", "StepResult", "mix_reward"]

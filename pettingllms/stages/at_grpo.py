@@ -10,6 +10,8 @@ run ``max_minutes``, and measure held-out success (the ``eval`` section's evalua
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -19,7 +21,7 @@ from typing import Any
 from comlrl.trainers.core.validation import check_float, check_int
 from pettingllms.config.loader import ConfigError, section_to_dataclass
 from pettingllms.stages.context import StageContext, workflow_env
-from pettingllms.stages.eval import eval_settings, evaluate_policy
+from pettingllms.stages.eval import evaluate_policy
 from pettingllms.trainer.at_grpo import ATGRPOTrainer
 
 __all__ = [
@@ -104,7 +106,7 @@ def at_grpo_config(stage: str, config: Mapping[str, Any], output_dir: str | Path
 
 def at_grpo_settings(stage: str, config: Mapping[str, Any], stage_dir: str | Path, progress: bool = True) -> ATGRPOStageSettings:
     """The checked settings of stage ``at_grpo`` / ``grpo`` (``grpo`` needs ``policy.level`` L0)."""
-    from pettingllms.trainer.demonstrations import check_disjoint_seeds
+    from pettingllms.stages.instances import check_held_out_instances
 
     if stage == "grpo" and config["policy"]["level"] != "L0":
         raise ConfigError(
@@ -118,12 +120,19 @@ def at_grpo_settings(stage: str, config: Mapping[str, Any], stage_dir: str | Pat
             f"`{stage}.max_completions` / `{stage}.eval_every_completions` count completions from every step's "
             f"logged metrics (a resumed run too): they need `{stage}.logging_steps` 1, got {trainer.logging_steps}"
         )
-    if limits.eval_every_completions:
-        try:
-            check_disjoint_seeds(range(*trainer.train_seed_range), eval_settings("eval", config).seeds,
-                                 f"{stage} seeds", "eval seeds")
-        except ValueError as error:
+    # Seeds past a dataset's train split are cut off (the default range is far larger than a benchmark);
+    # with held-out evaluations during training, no training instance may be an eval instance.
+    try:
+        seeds = check_held_out_instances(config, [stage, "eval"] if limits.eval_every_completions else [stage])[stage]
+    except ConfigError as error:
+        if limits.eval_every_completions:
             raise ConfigError(f"`{stage}.eval_every_completions`: {error}") from error
+        raise
+    if [seeds.start, seeds.stop] != list(trainer.train_seed_range):
+        if progress:
+            print(f"{stage}: `{stage}.train_seed_range` {list(trainer.train_seed_range)} reaches past the split training "
+                  f"plays; drawing from its {len(seeds)} instances, seeds [{seeds.start}, {seeds.stop})", file=sys.stderr)
+        trainer = dataclasses.replace(trainer, train_seed_range=[seeds.start, seeds.stop])
     return ATGRPOStageSettings(trainer, limits)
 
 
@@ -194,7 +203,7 @@ def run_at_grpo(context: StageContext) -> dict[str, float]:
 
     settings = context.settings_or(at_grpo_settings)
     config = context.config
-    name, fields, options = workflow_env(config)
+    name, fields, options = workflow_env(config, purpose="train")
     trainer = _LimitedTrainer(
         settings.trainer,
         limits=settings.limits,

@@ -84,10 +84,12 @@ def run_workflow(config: Mapping[str, Any]) -> list[str]:
 
 
 def workflow_env(
-    config: Mapping[str, Any], turn_order: Sequence[str] | None = None
+    config: Mapping[str, Any], turn_order: Sequence[str] | None = None, purpose: str = "eval"
 ) -> tuple[str, dict[str, Any], dict[str, dict[str, Any]]]:
-    """``(env name, env fields, agent options)`` playing ``turn_order`` (default: :func:`run_workflow`)."""
-    return env_arguments(config, run_workflow(config) if turn_order is None else turn_order)
+    """``(env name, env fields, agent options)`` playing ``turn_order`` (default: :func:`run_workflow`), the
+    environment built for ``purpose``: ``train`` in the training stages, ``eval`` otherwise (a dataset
+    environment's seeds then index its train or its test split)."""
+    return env_arguments(config, run_workflow(config) if turn_order is None else turn_order, purpose)
 
 
 def run_policy_config(config: Mapping[str, Any]):

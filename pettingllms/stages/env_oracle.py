@@ -180,7 +180,7 @@ def run_oracle_trainer(context: StageContext, trainer_class: type, args: Any) ->
     """
     from comlrl.checkpoint import latest_checkpoint
 
-    oracle = EnvOracle(*workflow_env(context.config), context.env_worker)
+    oracle = EnvOracle(*workflow_env(context.config, purpose="train"), context.env_worker)
     try:
         if oracle.roles != context.policy.agents:
             raise ValueError(

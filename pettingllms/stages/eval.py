@@ -73,8 +73,14 @@ class EvalSettings:
 
 
 def eval_settings(stage: str, config: Mapping[str, Any], stage_dir: Path | None = None, progress: bool = True) -> EvalSettings:
-    """The checked ``eval`` section of a resolved run config."""
-    return section_to_dataclass(EvalSettings, config["eval"], "eval")
+    """The checked ``eval`` section of a resolved run config; ``num_instances: null`` becomes the number of
+    instances of the split evaluation plays from ``seed_start`` (a dataset environment's whole test split)."""
+    section = dict(config["eval"])
+    if section.get("num_instances") is None:
+        from pettingllms.stages.instances import check_held_out_instances
+
+        section["num_instances"] = len(check_held_out_instances(config, ["eval"])["eval"])
+    return section_to_dataclass(EvalSettings, section, "eval")
 
 
 def eval_metrics(result: Any) -> dict[str, float]:

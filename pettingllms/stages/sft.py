@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from pettingllms.config.loader import ConfigError, section_to_dataclass
 from pettingllms.stages.context import StageContext, run_workflow, workflow_env
-from pettingllms.stages.eval import eval_settings
 
 if TYPE_CHECKING:
     from pettingllms.trainer.sft import SFTWarmStartConfig
@@ -36,7 +35,7 @@ def sft_settings(stage: str, config: Mapping[str, Any], stage_dir: Path | None =
 
     settings = section_to_dataclass(SFTWarmStartConfig, config["sft"], "sft")
     for workflow in settings.workflows:
-        name, fields, options = workflow_env(config, workflow)
+        name, fields, options = workflow_env(config, workflow, purpose="train")
         try:
             make_agents(name, list(make_env(name, fields).config.turn_order), options)
         except (ValueError, TypeError, LookupError) as error:
@@ -60,16 +59,22 @@ def sft_demonstrations(
     progress: bool = False,
 ) -> dict[str, list]:
     """``{role: [Demonstration, ...]}`` the ``sft`` stage trains on: the oracle's episodes of every workflow
-    on the ``sft`` seeds, which must miss ``held_out_seeds`` (default: the ``eval`` instances);
+    on the ``sft`` seeds of the split training plays, which must miss ``held_out_seeds`` (default: the
+    ``eval`` instances, :func:`~pettingllms.stages.instances.check_held_out_instances`);
     ``progress``: a bar per workflow over its episodes."""
     from pettingllms.trainer.demonstrations import make_demonstrations
 
     settings = settings if settings is not None else sft_settings("sft", config)
     if held_out_seeds is None:
-        held_out_seeds = eval_settings("eval", config).seeds
+        # The eval instances: compared by problem id for a dataset (its seeds index another split),
+        # by seed for generated tasks.
+        from pettingllms.stages.instances import check_held_out_instances
+
+        check_held_out_instances(config, ["sft", "eval"])
+        held_out_seeds = ()
     demos: dict[str, list] = {}
     for workflow in settings.workflows or (None,):
-        name, fields, options = workflow_env(config, workflow)
+        name, fields, options = workflow_env(config, workflow, purpose="train")
         found = make_demonstrations(
             name, fields, settings.seeds, agent_options=options, held_out_seeds=held_out_seeds,
             env_worker=env_worker, tool_candidates=settings.tool_candidates,

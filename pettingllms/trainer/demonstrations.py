@@ -24,7 +24,7 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from pettingllms.scripted import OraclePolicy, RandomPolicy, play_episode
+from pettingllms.scripted import OraclePolicy, RandomPolicy, make_scripted_policy, play_episode
 
 __all__ = [
     "Demonstration",
@@ -98,12 +98,17 @@ def detour_turns(instance_seed: int, fraction: float, max_turns: int, seed: int)
 class DetourOracle:
     """Random answers (some malformed) for the first ``detour`` turns, not recorded; then the oracle's
     answers (:class:`~pettingllms.scripted.OraclePolicy`), recorded as ``(role, prompt, response)``.
-    ``detour=0`` records a plain oracle episode."""
+    ``detour=0`` records a plain oracle episode. Where ``env`` declares its own ``oracle`` / ``random``
+    scripted policies (not the generic ones), those play instead."""
 
-    def __init__(self, detour: int, seed: int, tool_candidates: int = 1, accept_proposals: bool = False) -> None:
+    def __init__(
+        self, detour: int, seed: int, tool_candidates: int = 1, accept_proposals: bool = False, env: Any = None
+    ) -> None:
         self.detour = detour
-        self.oracle = OraclePolicy(tool_candidates=tool_candidates, seed=seed, accept_proposals=accept_proposals)
-        self.random = RandomPolicy(seed=seed, malformed_prob=DETOUR_MALFORMED_PROB)
+        own_oracle, own_random = _declared(env, "oracle"), _declared(env, "random")
+        # An environment with its own scripted oracle (code: the reference solution) plays it as it is.
+        self.oracle = own_oracle or OraclePolicy(tool_candidates=tool_candidates, seed=seed, accept_proposals=accept_proposals)
+        self.random = own_random or RandomPolicy(seed=seed, malformed_prob=DETOUR_MALFORMED_PROB)
         self.records: list[tuple[str, Any, str]] = []
 
     def respond(self, agent: Any, env: Any) -> str:
@@ -114,6 +119,15 @@ class DetourOracle:
         response = self.oracle.respond(agent, env)
         self.records.append((agent.role, copy.deepcopy(agent.prompt), response))
         return response
+
+
+def _declared(env: Any, name: str) -> Any:
+    """A fresh instance of scripted policy ``name`` where ``env`` declares its own (not the generic
+    :mod:`pettingllms.scripted` one, which the caller builds with its settings), else None."""
+    path = getattr(env, "scripted_policies", {}).get(name)
+    if path is None or path.startswith("pettingllms.scripted:"):
+        return None
+    return make_scripted_policy(env, name)
 
 
 async def collect_demonstrations(
@@ -146,7 +160,9 @@ async def collect_demonstrations(
     with tqdm(seeds, desc=f"demonstrations ({name})", unit="episode", disable=not progress) as bar:
         for seed in bar:
             detour = detour_turns(seed, late_turn_fraction, env.config.max_turns, detour_seed)
-            recorder = DetourOracle(detour, seed=seed, tool_candidates=tool_candidates, accept_proposals=accept_proposals)
+            recorder = DetourOracle(
+                detour, seed=seed, tool_candidates=tool_candidates, accept_proposals=accept_proposals, env=env
+            )
             result = await play_episode(env, agents, recorder, seed, env_worker)
             if not result.success:
                 if not skip_failed:

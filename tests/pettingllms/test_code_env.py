@@ -65,11 +65,14 @@ def pool():
 
 @pytest.fixture(scope="module")
 def data_path(tmp_path_factory):
-    return str(write_jsonl(tmp_path_factory.mktemp("code") / "test.jsonl", [ADD, SQUARE]))
+    """A data folder whose test split holds ADD and SQUARE."""
+    folder = tmp_path_factory.mktemp("code")
+    write_jsonl(folder / "test.jsonl", [ADD, SQUARE])
+    return str(folder)
 
 
 def setup(data_path, **fields):
-    env = make_env("code", {"dataset": "apps", "split": "test", "data_path": data_path, "time_limit_s": 2.0,
+    env = make_env("code", {"dataset": "apps", "split": "test", "data_dir": data_path, "time_limit_s": 2.0,
                             "max_turns": 2, **fields})
     return env, make_agents("code", env.config.turn_order)
 
@@ -221,9 +224,9 @@ def test_seeds_index_the_split_and_missing_data_names_the_command(data_path, tmp
     assert [p.problem_id for p in env.problems()] == ["fixture/add", "fixture/square"]
     with pytest.raises(ValueError, match=r"`seed` 2 is past the 2 problems .* 0 \.\. 1"):
         asyncio.run(env.reset(2))
-    missing = tmp_path / "none.jsonl"
-    env = make_env("code", {"dataset": "apps", "data_path": str(missing)})
-    with pytest.raises(CodeDataError, match=rf"{missing}.*pettingllms dataprocess code .*--dataset apps"):
+    missing = tmp_path / "none"
+    env = make_env("code", {"dataset": "apps", "data_dir": str(missing)})
+    with pytest.raises(CodeDataError, match=rf"{missing}/test.jsonl.*pettingllms dataprocess code .*--dataset apps"):
         asyncio.run(env.reset(0))
     with pytest.raises(ValueError, match="`terminate_on` must be one of"):
         make_env("code", {"terminate_on": "first_pass"})
@@ -264,12 +267,26 @@ def test_the_oracle_tester_without_a_standalone_test_scores_a_turn_without_tests
 # ---- configs and the CLI ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["code/L0", "code/L1", "code/L2", "code/L3", "code/humaneval"])
-def test_code_configs_load_and_validate(name):
-    config = load_config(name)
+@pytest.mark.parametrize(
+    ("name", "dataset", "pipeline", "eval_count"),
+    [("code/L0", "apps", ["sft", "at_grpo", "eval"], 4), ("code/L3", "apps", ["sft", "at_grpo", "eval"], 4),
+     ("code/apps", "apps", ["sft", "at_grpo", "eval"], 4), ("code/mbpp", "mbpp", ["sft", "at_grpo", "eval"], 4),
+     ("code/codecontests", "codecontests", ["sft", "at_grpo", "eval"], 4),
+     ("code/livecodebench", "livecodebench", ["eval"], 4), ("code/humaneval", "humaneval", ["eval"], 164)],
+)
+def test_code_configs_train_on_the_train_split_and_evaluate_the_whole_test_split(
+    name, dataset, pipeline, eval_count, code_data_root, monkeypatch
+):
+    from pettingllms.stages.eval import eval_settings
+
+    monkeypatch.setenv("PETTINGLLMS_DATA", code_data_root)
+    config = load_config(name, ["sft.num_problems=8"])
     validate_config(config)
     assert config["env"]["name"] == "code" and config["model"]["name"] == "smollm2-135m-instruct"
-    assert config["eval"]["seed_start"] == 0 and config["eval"]["num_instances"] == 164
+    assert config["env"]["dataset"] == dataset and config["pipeline"] == pipeline
+    # eval.num_instances null: every problem of the test split (fixtures: 4; HumanEval: 164)
+    assert config["eval"]["num_instances"] is None
+    assert eval_settings("eval", config).seeds == range(0, eval_count)
 
 
 def test_the_stages_make_a_sandbox_worker_for_the_code_env():

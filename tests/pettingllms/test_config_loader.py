@@ -221,7 +221,7 @@ def test_switching_env_checks_keys_against_the_new_env():
 # ---- shipped configs -------------------------------------------------------------------------------
 
 # Shipped configs that are not named after their level, with the level they run at.
-NAMED_CONFIGS = {"plan_path/quickstart": "L1", "code/humaneval": "L1"}
+NAMED_CONFIGS = {"plan_path/quickstart": "L1", **{f"code/{d}": "L1" for d in ("apps", "codecontests", "humaneval", "livecodebench", "mbpp")}}
 # The roles of each environment's multi-agent workflow (L0 is always the `single` role alone).
 TEAM_ROLES = {"code": ["code_generator", "test_generator"]}
 
@@ -232,12 +232,14 @@ def test_shipped_configs_are_the_levels_and_the_named_ones():
 
 
 @pytest.mark.parametrize("path", shipped_configs(), ids=lambda p: f"{p.parent.name}/{p.stem}")
-def test_shipped_config_loads_and_resolves(path, tmp_path):
+def test_shipped_config_loads_and_resolves(path, tmp_path, code_data_root, monkeypatch):
     from comlrl.trainers.preference.config import MADPOIterConfig, MARLHFIterConfig
     from pettingllms.registry import get_env_class
     from pettingllms.trainer.sft import SFTWarmStartConfig
 
-    config = load_config(path)
+    # The code configs play dataset splits: the fixtures' (8 train problems each) stand in for the real ones.
+    monkeypatch.setenv("PETTINGLLMS_DATA", code_data_root)
+    config = load_config(path, ["sft.num_problems=8"] if path.parent.name == "code" else [])
     validate_config(config)
     env_name = path.parent.name
     level = NAMED_CONFIGS.get(f"{env_name}/{path.stem}", path.stem)

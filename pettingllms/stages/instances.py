@@ -1,0 +1,173 @@
+"""Which instances each stage plays, and the check that training never sees an evaluation instance.
+
+A seed names an instance. For a generated task (the games, Plan-Path) every seed makes one and the seed
+is the instance, so training and evaluation seed ranges must not overlap. A dataset environment's seeds
+index a split instead: the train split when a training stage builds it, the test split for evaluation
+(:attr:`~pettingllms.envs.base.EnvConfig.purpose`). There the same seed names different problems in
+training and evaluation, so the check compares what identifies an instance across purposes
+(:meth:`~pettingllms.envs.base.BaseEnv.instance_id`: a problem id), and every seed a stage plays must lie
+in its split: ``at_grpo`` / ``grpo`` draw from ``train_seed_range``, which is clamped to the split with a
+note (its default is far larger than a benchmark); ``sft``, ``madpo`` and ``marlhf`` play every seed of
+theirs, and ``eval`` its ``num_instances`` (``null``: the whole split from ``seed_start``), so a seed past
+the split is an error naming the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pettingllms.config.loader import ConfigError, env_arguments
+
+__all__ = [
+    "SEED_KEYS",
+    "check_held_out_instances",
+    "clamp_to_instances",
+    "played_seeds",
+    "stage_env",
+]
+
+# The config key that says where each stage's seeds start (named in the disjointness errors).
+SEED_KEYS: dict[str, str] = {
+    "sft": "seed_start",
+    "at_grpo": "train_seed_range",
+    "grpo": "train_seed_range",
+    "madpo": "seed_start",
+    "marlhf": "seed_start",
+    "eval": "seed_start",
+}
+_TRAINING = ("sft", "at_grpo", "grpo", "madpo", "marlhf")
+_SAMPLED = ("at_grpo", "grpo")  # draw problems from a range instead of playing each seed once
+
+
+def _workflow(config: Mapping[str, Any]) -> list[str]:
+    from pettingllms.execution import level_turn_order
+
+    return list(level_turn_order(config["policy"]["level"], config["env"]["turn_order"]))
+
+
+def stage_env(config: Mapping[str, Any], purpose: str) -> Any:
+    """The run's environment (its workflow's turn order) built for ``purpose`` (``train`` / ``eval``).
+    A bad env section, or a dataset whose files are missing, is a ConfigError naming the section."""
+    from pettingllms.registry import make_env
+
+    name, fields, _ = env_arguments(config, _workflow(config), purpose)
+    try:
+        return make_env(name, fields)
+    except (ValueError, TypeError, OSError) as exc:
+        raise ConfigError(f"section `env` ({purpose}): {exc}") from exc
+
+
+def _count(env: Any, purpose: str) -> int | None:
+    """``env.num_instances()`` (None for generated tasks or an environment without the method)."""
+    counter = getattr(env, "num_instances", None)
+    if counter is None:
+        return None
+    try:
+        return counter()
+    except (ValueError, OSError) as exc:  # a dataset file that is missing or does not parse
+        raise ConfigError(f"section `env` ({purpose}): {exc}") from exc
+
+
+def _int(value: Any, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"`{key}` must be an integer >= 0, got {value!r}")
+    return value
+
+
+def clamp_to_instances(seeds: range, count: int | None) -> range:
+    """``seeds`` cut to the ``count`` instances a dataset holds (unchanged for generated tasks)."""
+    return seeds if count is None else range(seeds.start, min(seeds.stop, count))
+
+
+def played_seeds(config: Mapping[str, Any], stage: str, count: int | None = None) -> range:
+    """The seeds ``stage`` plays under ``config``; ``count``: the number of instances of the split it plays
+    (None: generated). ``at_grpo`` / ``grpo``'s ``train_seed_range`` is clamped to ``count``; any other
+    stage's seeds must lie within it, and ``eval.num_instances: null`` means every instance from
+    ``eval.seed_start`` (a ConfigError for generated tasks, which have no end)."""
+    section = config[stage]
+    if stage in _SAMPLED:
+        value = section["train_seed_range"]
+        ok = isinstance(value, (list, tuple)) and len(value) == 2 and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value) and 0 <= value[0] < value[1]
+        if not ok:
+            raise ConfigError(f"`{stage}.train_seed_range` must be [start, stop) with 0 <= start < stop, got {value!r}")
+        seeds = clamp_to_instances(range(value[0], value[1]), count)
+        if not seeds:
+            raise ConfigError(
+                f"`{stage}.train_seed_range` {list(value)} starts past the {count} instances of the split training plays"
+            )
+        return seeds
+    count_key = "num_instances" if stage == "eval" else "num_problems"
+    start = _int(section["seed_start"], f"{stage}.seed_start")
+    number = section[count_key]
+    if number is None and stage == "eval":
+        if count is None:
+            raise ConfigError(
+                "`eval.num_instances` is null (every instance of a dataset), but this environment generates its "
+                "instances: give a number"
+            )
+        if start >= count:
+            raise ConfigError(f"`eval.seed_start` {start} is past the {count} instances of the split evaluation plays")
+        return range(start, count)
+    number = _int(number, f"{stage}.{count_key}")
+    seeds = range(start, start + number)
+    if count is not None and seeds.stop > count:
+        raise ConfigError(
+            f"`{stage}.seed_start` / `{stage}.{count_key}` play seeds {seeds.start}..{seeds.stop - 1}, but the split "
+            f"{'evaluation' if stage == 'eval' else 'training'} plays holds {count} instances (seeds 0..{count - 1})"
+        )
+    return seeds
+
+
+def _ids(env: Any, seeds: range, count: int | None) -> set:
+    if count is None and not hasattr(env, "instance_id"):
+        return set(seeds)
+    return {env.instance_id(seed) for seed in seeds}
+
+
+def check_held_out_instances(config: Mapping[str, Any], stages: Sequence[str] | None = None) -> dict[str, range]:
+    """Check that no training stage of the pipeline plays an instance the ``eval`` stage plays, and that
+    every stage's seeds fit its split. Returns ``{stage: seeds}`` for the stages checked (default: the
+    pipeline's). A ConfigError names the keys and a few shared instances."""
+    from pettingllms.trainer.demonstrations import check_disjoint_seeds
+
+    stages = list(dict.fromkeys(config["pipeline"] if stages is None else stages))
+    envs: dict[str, Any] = {}
+    counts: dict[str, int | None] = {}
+
+    def split_of(purpose: str) -> tuple[Any, int | None]:
+        if purpose not in envs:
+            envs[purpose] = stage_env(config, purpose)
+            counts[purpose] = _count(envs[purpose], purpose)
+        return envs[purpose], counts[purpose]
+
+    seeds: dict[str, range] = {}
+    for stage in stages:
+        if stage in _TRAINING or stage == "eval":
+            purpose = "eval" if stage == "eval" else "train"
+            seeds[stage] = played_seeds(config, stage, split_of(purpose)[1])
+    if "eval" not in seeds:
+        return seeds
+    eval_env, eval_count = split_of("eval")
+    held_out = None
+    for stage in stages:
+        if stage not in _TRAINING:
+            continue
+        train_env, train_count = split_of("train")
+        if train_count is None and eval_count is None:  # generated tasks: the seed is the instance
+            try:
+                check_disjoint_seeds(seeds[stage], seeds["eval"], f"{stage} seeds", "eval seeds")
+            except ValueError as exc:
+                raise ConfigError(f"`{stage}.{SEED_KEYS[stage]}` / `eval.seed_start`: {exc}") from exc
+            continue
+        if held_out is None:
+            held_out = _ids(eval_env, seeds["eval"], eval_count)
+        shared = sorted(map(str, _ids(train_env, seeds[stage], train_count) & held_out))
+        if shared:
+            raise ConfigError(
+                f"`{stage}.{SEED_KEYS[stage]}` / `eval.seed_start`: the {stage} instances and the eval instances "
+                f"must be disjoint; both hold {len(shared)} instance(s), e.g. {shared[:3]} (train and evaluate "
+                f"on different splits: `env.train_split` / `env.split`)"
+            )
+    return seeds

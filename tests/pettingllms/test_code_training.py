@@ -1,0 +1,133 @@
+"""Training on a code dataset: the training stages play the train split (ground-truth tests capped at
+``env.max_train_tests``), evaluation the whole test split; no training problem may be an eval problem
+(checked on problem ids); seeds past a split are clamped (AT-GRPO's range) or an error naming the key;
+the sft stage learns from the reference solutions; a tiny pipeline runs sft, AT-GRPO and eval end to end
+through the sandbox.
+
+Data: the ``code_data_root`` fixture (conftest), 8 train and 4 test problems per dataset."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from pettingllms.config import ConfigError, load_config, validate_config
+from pettingllms.registry import make_env
+from pettingllms.stages.context import workflow_env
+from pettingllms.stages.instances import check_held_out_instances, played_seeds
+
+
+@pytest.fixture
+def data(code_data_root, monkeypatch):
+    monkeypatch.setenv("PETTINGLLMS_DATA", code_data_root)
+    return Path(code_data_root)
+
+
+def apps_ids(root: Path, split: str) -> list[str]:
+    return [json.loads(line)["problem_id"] for line in (root / "code" / "apps" / f"{split}.jsonl").read_text().splitlines()]
+
+
+def test_training_plays_the_train_split_with_capped_tests_and_eval_the_whole_test_split(data):
+    config = load_config("code/apps", ["env.max_train_tests=1"])
+    train = make_env(*workflow_env(config, purpose="train")[:2])
+    held_out = make_env(*workflow_env(config)[:2])
+    assert [train.instance_id(s) for s in range(train.num_instances())] == apps_ids(data, "train")
+    assert [held_out.instance_id(s) for s in range(held_out.num_instances())] == apps_ids(data, "test")
+    # the cap applies in training only, to the first (public-first) tests
+    problem = train.problems()[0]
+    assert len(problem.tests) > 1
+    state = asyncio.run(train.reset(0))
+    assert state.problem.tests == problem.tests[:1]
+    assert len(asyncio.run(held_out.reset(0)).problem.tests) == len(held_out.problems()[0].tests)
+
+
+def test_a_training_stage_on_the_eval_split_is_refused_naming_shared_problem_ids(data):
+    config = load_config("code/apps", ["env.train_split=test", "sft.num_problems=2"])
+    with pytest.raises(ConfigError, match=r"`sft.seed_start` / `eval.seed_start`: .*both hold 2 instance\(s\), e\.g\. "
+                                          r"\['apps/test/\d+', 'apps/test/\d+'\].*`env.train_split` / `env.split`"):
+        validate_config(config)
+    # the same seeds on different splits are different problems: no error
+    seeds = check_held_out_instances(load_config("code/apps", ["sft.num_problems=4"]))
+    assert seeds["sft"] == range(0, 4) and seeds["eval"] == range(0, 4)
+
+
+def test_seeds_past_a_split_are_clamped_for_at_grpo_and_an_error_elsewhere(data, capsys):
+    from pettingllms.stages.at_grpo import at_grpo_settings
+
+    config = load_config("code/apps", ["sft.num_problems=9"])
+    with pytest.raises(ConfigError, match=r"`sft.seed_start` / `sft.num_problems` play seeds 0..8, but the split "
+                                          r"training plays holds 8 instances"):
+        validate_config(config)
+    config = load_config("code/apps", ["eval.num_instances=5"])
+    with pytest.raises(ConfigError, match=r"`eval.seed_start` / `eval.num_instances` play seeds 0..4, but the split "
+                                          r"evaluation plays holds 4"):
+        check_held_out_instances(config, ["eval"])
+    settings = at_grpo_settings("at_grpo", load_config("code/apps"), data / "run", progress=True)
+    assert list(settings.trainer.train_seed_range) == [0, 8]
+    assert "train_seed_range` [0, 100000] reaches past the split training plays; drawing from its 8" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match=r"`at_grpo.train_seed_range` \[8, 20\] starts past the 8 instances"):
+        at_grpo_settings("at_grpo", load_config("code/apps", ["at_grpo.train_seed_range=[8, 20]"]), data / "run")
+
+
+def test_null_num_instances_needs_a_dataset_and_training_needs_a_train_split(data):
+    assert played_seeds(load_config("code/apps"), "eval", 4) == range(0, 4)
+    assert played_seeds(load_config("code/apps", ["eval.seed_start=1"]), "eval", 4) == range(1, 4)
+    with pytest.raises(ConfigError, match=r"`eval.num_instances` is null .* generates its instances: give a number"):
+        validate_config(load_config("plan_path/L1", ["eval.num_instances=null"]))
+    with pytest.raises(ConfigError, match=r"section `env` \(train\): `train_split` is null: livecodebench has no split"):
+        validate_config(load_config("code/livecodebench", ["pipeline=[at_grpo, eval]"]))
+    with pytest.raises(ConfigError, match=r"`env.split` must be str"):
+        load_config("code/apps", ["env.split=null"])
+
+
+def test_missing_data_is_one_line_naming_the_file_and_the_command(tmp_path, monkeypatch, capsys):
+    from pettingllms.cli import main
+
+    monkeypatch.setenv("PETTINGLLMS_DATA", str(tmp_path / "empty"))
+    assert main(["train", "code/mbpp", f"run.output_dir={tmp_path / 'run'}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert f"{tmp_path}/empty/code/mbpp/train.jsonl" in err[0]
+    assert "pettingllms dataprocess code --source SOURCE --dataset mbpp --split train" in err[0]
+    assert not (tmp_path / "run").exists()
+
+
+def test_sft_demonstrations_teach_both_roles_from_train_split_references(data):
+    from pettingllms.stages.context import make_env_worker
+    from pettingllms.stages.sft import sft_demonstrations
+
+    config = load_config("code/mbpp", ["sft.num_problems=3"])
+    train = make_env(*workflow_env(config, purpose="train")[:2])
+    references = [train.problems()[s].solutions[0] for s in range(3)]
+    pool = make_env_worker(config)
+    try:
+        demos = sft_demonstrations(config, env_worker=pool)
+    finally:
+        pool.close()
+    # sft.workflows puts the tester first, so both roles act before the reference solution ends the episode
+    assert len(demos["test_generator"]) == 3 and len(demos["code_generator"]) == 3
+    for demo, reference in zip(demos["code_generator"], references):
+        assert reference.strip() in demo.response
+    assert all("assert " in demo.response for demo in demos["test_generator"])
+
+
+def test_a_tiny_pipeline_trains_and_evaluates_on_code_splits(data, tiny_model_path, tmp_path):
+    from pettingllms.pipeline import Pipeline
+
+    config = load_config("code/apps", [
+        f"model.name={tiny_model_path}", f"run.output_dir={tmp_path / 'run'}", "run.progress=false",
+        "env.max_turns=1", "rollout.num_generations=2", "rollout.max_completion_length=16",
+        "rollout.transcripts_rate=0.0", "sft.num_problems=2", "sft.max_length=4096", "at_grpo.max_steps=1",
+        "at_grpo.problems_per_step=2", "at_grpo.save_steps=0", "eval.before_training=false",
+    ])
+    out = io.StringIO()
+    result = Pipeline(config, out=out).run()
+    assert list(result.stages) == ["sft", "at_grpo", "eval"], out.getvalue()
+    assert result.stages["sft"]["sft/steps"] > 0
+    assert result.stages["at_grpo"]["steps"] == 1.0
+    report = json.loads((tmp_path / "run" / "eval" / "eval.json").read_text())
+    assert sorted(map(int, report["per_problem"])) == [0, 1, 2, 3]  # the whole 4-problem test split
