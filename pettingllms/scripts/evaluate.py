@@ -157,7 +157,9 @@ def _load(config: str | Path, overrides: Sequence[str]) -> dict[str, Any]:
     from pettingllms.config import load_config, validate_config
 
     resolved = load_config(config, list(overrides))
-    validate_config(resolved)
+    # Evaluation plays the eval section alone: the training stages' seeds (a dataset's train split, which
+    # need not even exist here) are not this command's business.
+    validate_config({**resolved, "pipeline": ["eval"]})
     return resolved
 
 

@@ -8,7 +8,9 @@ before it.
 
 Every evaluation (this stage's ``eval.json``, ``pettingllms eval``'s report) is one JSON report, made by
 :func:`evaluate_policy`: ``metrics`` (:func:`eval_metrics`: ``success_rate``, ``num_problems``, and with
-``num_samples`` > 1 the unbiased ``pass@<k>``), ``per_problem`` (success rate per instance seed), and the
+``num_samples`` > 1 the unbiased ``pass@<k>``), ``confidence_intervals`` (95 % Wilson intervals of
+``pass@<k>`` over the problems, :func:`~pettingllms.execution.pass_at_k.pass_at_k_intervals`),
+``per_problem`` (success rate per instance seed), and the
 settings it ran with: ``seeds`` ([start, stop)), ``num_samples``, ``temperature``, ``run_seed``, and
 where the caller knows them the ``policy`` evaluated and the ``config``. :func:`eval_summary` states all
 of it in one line.
@@ -25,13 +27,14 @@ from typing import Any
 
 from comlrl.atomic_io import atomic_write_json
 from pettingllms.config.loader import RESOLVED_CONFIG_FILE, ConfigError, section_to_dataclass
-from pettingllms.execution.pass_at_k import mean_pass_at_k, pass_at_k_sizes
+from pettingllms.execution.pass_at_k import CONFIDENCE, mean_pass_at_k, pass_at_k_intervals, pass_at_k_sizes
 from pettingllms.execution.router import Router
 from pettingllms.stages.context import StageContext, run_workflow, workflow_env
 
 __all__ = [
     "EvalSettings",
     "eval_metrics",
+    "success_counts",
     "eval_settings",
     "eval_summary",
     "evaluate_policy",
@@ -83,6 +86,18 @@ def eval_settings(stage: str, config: Mapping[str, Any], stage_dir: Path | None 
     return section_to_dataclass(EvalSettings, section, "eval")
 
 
+def success_counts(result: Any) -> list[tuple[int, int]]:
+    """``(trajectories kept, successes)`` per problem of an :class:`~pettingllms.execution.EvalResult`
+    (dropped trajectories left out)."""
+    counts: dict[int, list[int]] = {}
+    for outcome in result.outcomes:
+        if not outcome.dropped:
+            entry = counts.setdefault(outcome.problem_id, [0, 0])
+            entry[0] += 1
+            entry[1] += bool(outcome.success)
+    return [(n, c) for n, c in counts.values()]
+
+
 def eval_metrics(result: Any) -> dict[str, float]:
     """Summary of an :class:`~pettingllms.execution.EvalResult`: ``success_rate``, ``num_problems`` (the
     instances scored), ``num_trajectories``, ``dropped``, per agent role ``agent/<role>/reward_mean`` and
@@ -95,15 +110,10 @@ def eval_metrics(result: Any) -> dict[str, float]:
         "num_trajectories": float(result.num_trajectories),
         "dropped": float(result.dropped),
     }
-    counts: dict[int, list[int]] = {}  # problem -> [trajectories kept, successes]
-    for outcome in result.outcomes:
-        if not outcome.dropped:
-            entry = counts.setdefault(outcome.problem_id, [0, 0])
-            entry[0] += 1
-            entry[1] += bool(outcome.success)
-    most = max((n for n, _ in counts.values()), default=1)
+    counts = success_counts(result)
+    most = max((n for n, _ in counts), default=1)
     if most > 1:
-        metrics.update(mean_pass_at_k([(n, c) for n, c in counts.values()], pass_at_k_sizes(most)))
+        metrics.update(mean_pass_at_k(counts, pass_at_k_sizes(most)))
     by_role: dict[str, list[Any]] = {}
     for sample in result.samples:
         by_role.setdefault(sample.role, []).append(sample)
@@ -116,7 +126,8 @@ def eval_metrics(result: Any) -> dict[str, float]:
 def scripted_router(config: Mapping[str, Any], name: str) -> Router:
     """A router that plays every role of the config's workflow with the environment's scripted policy
     ``name`` (one of its ``scripted_policies``, e.g. ``oracle``), no model involved; a name the
-    environment does not declare is a ConfigError listing those it has."""
+    environment does not declare is a ConfigError listing those it has, and so is a policy whose
+    ``check_instances(env, seeds)`` refuses the eval instances (the code oracle without reference solutions)."""
     from pettingllms.execution import ScriptedBackend
     from pettingllms.registry import get_env_class
     from pettingllms.scripted import make_scripted_policy
@@ -125,6 +136,14 @@ def scripted_router(config: Mapping[str, Any], name: str) -> Router:
         policy = make_scripted_policy(get_env_class(config["env"]["name"]), name)
     except ValueError as error:
         raise ConfigError(str(error)) from error
+    check = getattr(policy, "check_instances", None)
+    if check is not None:  # a policy that cannot play some instances says so before the first episode
+        from pettingllms.stages.instances import stage_env
+
+        try:
+            check(stage_env(config, "eval"), eval_settings("eval", config).seeds)
+        except ValueError as error:
+            raise ConfigError(f"scripted policy {name!r}: {error}") from error
     label = f"scripted:{name}"
     return Router({role: label for role in run_workflow(config)}, ScriptedBackend({label: policy}))
 
@@ -212,8 +231,14 @@ def evaluate_policy(
     settings = settings if settings is not None else eval_settings("eval", config)
     results = held_out_evaluations(policy, config, env_worker, settings, progress)
     metrics = eval_metrics(results["sampled"])
+    counts = success_counts(results["sampled"])
     report: dict[str, Any] = {
         "metrics": metrics,
+        "confidence_intervals": {
+            "level": CONFIDENCE,
+            "method": "wilson over problems",
+            **pass_at_k_intervals(counts, pass_at_k_sizes(max((n for n, _ in counts), default=1))),
+        },
         "per_problem": _per_problem(results["sampled"]),
         "seeds": [settings.seeds.start, settings.seeds.stop],
         "num_samples": settings.num_samples,
@@ -242,6 +267,10 @@ def eval_summary(report: Mapping[str, Any]) -> str:
         f"success {metrics['success_rate']:.3f} on {stop - start} held-out instance{'s' * (stop - start != 1)} "
         f"(seeds {start}..{stop - 1}) x {samples} sample{'s' * (samples != 1)}{how}"
     ]
+    intervals = report.get("confidence_intervals", {})
+    if "pass@1" in intervals:
+        low, high = intervals["pass@1"]
+        parts.append(f"{intervals['level']:.0%} interval {low:.3f}..{high:.3f}")
     if f"pass@{samples}" in metrics and samples > 1:
         parts.append(f"pass@{samples} {metrics[f'pass@{samples}']:.3f}")
     if "greedy_success_rate" in metrics:

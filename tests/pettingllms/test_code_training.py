@@ -131,3 +131,24 @@ def test_a_tiny_pipeline_trains_and_evaluates_on_code_splits(data, tiny_model_pa
     assert result.stages["at_grpo"]["steps"] == 1.0
     report = json.loads((tmp_path / "run" / "eval" / "eval.json").read_text())
     assert sorted(map(int, report["per_problem"])) == [0, 1, 2, 3]  # the whole 4-problem test split
+
+
+def test_eval_cli_plays_a_dataset_test_split_whatever_its_train_split_holds(data, tmp_path, capsys):
+    from pettingllms.cli import main
+
+    # sft.num_problems 200 exceeds the 8-problem train split: training would refuse it, evaluation ignores it
+    assert main(["eval", "code/mbpp", "--policy", "oracle", "--no-progress", f"run.output_dir={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("success 1.000 on 4 held-out instances (seeds 0..3) x 1 sample, greedy | 95% interval 0.510..1.000")
+    report = json.loads((tmp_path / "eval_results.json").read_text())
+    assert report["confidence_intervals"]["pass@1"] == pytest.approx([0.5101, 1.0], abs=1e-4)
+
+
+def test_the_code_oracle_refuses_a_dataset_without_reference_solutions(data, tmp_path, capsys):
+    from pettingllms.cli import main
+
+    assert main(["eval", "code/livecodebench", "--policy", "oracle", f"run.output_dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert "scripted policy 'oracle': its coder plays the reference solutions, and 4 of 4 problems have none" in err
+    assert main(["eval", "code/livecodebench", "--policy", "scripted:wrong", "--no-progress",
+                 f"run.output_dir={tmp_path}"]) == 0

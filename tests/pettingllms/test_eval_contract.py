@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import random
 import shutil
 import subprocess
 from fractions import Fraction
@@ -19,7 +20,13 @@ from hypothesis import strategies as st
 from pettingllms.cli import main
 from pettingllms.config import load_config
 from pettingllms.execution import EvalResult, ProblemOutcome
-from pettingllms.execution.pass_at_k import mean_pass_at_k, pass_at_k, pass_at_k_sizes
+from pettingllms.execution.pass_at_k import (
+    mean_pass_at_k,
+    pass_at_k,
+    pass_at_k_intervals,
+    pass_at_k_sizes,
+    wilson_interval,
+)
 from pettingllms.stages.eval import eval_metrics, eval_summary, held_out_evaluations, scripted_router
 
 torch.set_num_threads(1)
@@ -90,6 +97,47 @@ def test_mean_pass_at_k_averages_problems_and_leaves_out_those_with_too_few_samp
     assert mean_pass_at_k([(1, 1)], [2]) == {}
 
 
+def test_wilson_interval_matches_published_values_and_its_ends_are_exact():
+    # 50 of 100: (0.4038, 0.5962), the textbook example; 0 of 10 and 20 of 20: closed forms n/(n + z^2).
+    assert wilson_interval(0.5, 100) == pytest.approx((0.403832, 0.596168), abs=1e-6)
+    z2 = 1.959963984540054**2
+    assert wilson_interval(0.0, 10) == (0.0, pytest.approx(z2 / (10 + z2)))
+    assert wilson_interval(1.0, 20) == (pytest.approx(20 / (20 + z2)), 1.0)
+    assert wilson_interval(1.0, 164)[0] == pytest.approx(0.97711, abs=1e-5)
+    with pytest.raises(ValueError, match="`n` must be an integer >= 1"):
+        wilson_interval(0.5, 0)
+    with pytest.raises(ValueError, match=r"`proportion` must be in \[0, 1\]"):
+        wilson_interval(1.5, 3)
+
+
+@given(st.integers(1, 500).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n))))
+def test_wilson_interval_holds_the_proportion_and_narrows_with_more_problems(args):
+    n, successes = args
+    low, high = wilson_interval(successes / n, n)
+    assert 0.0 <= low <= successes / n <= high <= 1.0
+    low4, high4 = wilson_interval(successes / n, 4 * n)
+    assert high4 - low4 < high - low
+
+
+def test_wilson_intervals_cover_the_true_rate_about_95_percent_of_the_time():
+    rng = random.Random(0)
+    for rate, n in ((0.3, 40), (0.05, 164), (0.9, 60)):
+        covered = 0
+        for _ in range(2000):
+            successes = sum(rng.random() < rate for _ in range(n))
+            low, high = wilson_interval(successes / n, n)
+            covered += low <= rate <= high
+        assert 0.92 <= covered / 2000 <= 0.99, (rate, n, covered)
+
+
+def test_pass_at_k_intervals_are_wilson_intervals_of_the_means():
+    counts = [(4, 1), (4, 0), (4, 4), (2, 1)]
+    intervals = pass_at_k_intervals(counts, [1, 4])
+    means = mean_pass_at_k(counts, [1, 4])
+    assert intervals["pass@1"] == pytest.approx(list(wilson_interval(means["pass@1"], 4)))
+    assert intervals["pass@4"] == pytest.approx(list(wilson_interval(means["pass@4"], 3)))  # (2, 1) has too few
+
+
 def test_eval_metrics_report_problems_and_pass_at_k_from_the_outcomes():
     def outcome(problem, trajectory, success, dropped=False):
         return ProblemOutcome(problem, trajectory, success, True, 1, float(success), dropped)
@@ -139,7 +187,8 @@ def test_the_oracle_solves_every_held_out_instance_without_loading_a_model(capsy
     assert report["policy"] == "scripted:oracle" and report["config"] == "plan_path/L1"
     assert (report["seeds"], report["num_samples"], report["temperature"]) == ([1_000_000, 1_000_020], 1, 0.0)
     assert out == (
-        "success 1.000 on 20 held-out instances (seeds 1000000..1000019) x 1 sample, greedy | policy scripted:oracle"
+        "success 1.000 on 20 held-out instances (seeds 1000000..1000019) x 1 sample, greedy | 95% interval "
+        "0.839..1.000 | policy scripted:oracle"
         f" | report {tmp_path / 'eval_results.json'}\n"
     )
     assert err == ""  # --no-progress
@@ -155,7 +204,11 @@ def test_random_play_scores_far_below_the_oracle_and_reports_pass_at_k(capsys, t
     for k in (1, 2, 4):
         assert metrics[f"pass@{k}"] == pytest.approx(sum(pass_at_k(n, c, k) for n, c in counts) / len(counts))
     assert metrics["pass@1"] == pytest.approx(metrics["success_rate"])
-    assert f"x 4 samples at temperature 1.0 | pass@4 {metrics['pass@4']:.3f} | policy scripted:random" in out
+    low, high = report["confidence_intervals"]["pass@1"]
+    assert (low, high) == pytest.approx(list(wilson_interval(metrics["success_rate"], 20)))
+    assert report["confidence_intervals"]["pass@4"] == pytest.approx(list(wilson_interval(metrics["pass@4"], 20)))
+    assert (f"x 4 samples at temperature 1.0 | 95% interval {low:.3f}..{high:.3f} | pass@4 {metrics['pass@4']:.3f} | "
+            "policy scripted:random") in out
 
 
 @pytest.mark.parametrize(

@@ -99,6 +99,19 @@ def _respond(agent: Any, program: str | None, tests: list[dict[str, str]]) -> st
 class CodeOraclePolicy:
     """The reference solution as the coder, the public (or first ground-truth) tests as the tester."""
 
+    def check_instances(self, env: Any, seeds: Any) -> None:
+        """A ValueError when a coder of ``env``'s workflow would meet a problem of ``seeds`` without a
+        reference solution (LiveCodeBench has none)."""
+        if not {"code_generator", "single"} & set(env.config.turn_order):
+            return
+        problems = env.problems()
+        missing = [problems[s].problem_id for s in seeds if s < len(problems) and not problems[s].solutions]
+        if missing:
+            raise ValueError(
+                f"its coder plays the reference solutions, and {len(missing)} of {len(seeds)} problems have none "
+                f"(e.g. {missing[:3]}); evaluate a model on {env.config.dataset} instead"
+            )
+
     def respond(self, agent: Any, env: Any) -> str:
         state = env.state
         return _respond(agent, state.reference_solution, oracle_tests(state.problem))
@@ -136,6 +149,10 @@ class RandomCodePolicy:
         self.rng = random.Random(seed)
         self.oracle_prob = oracle_prob
         self._oracle, self._wrong = CodeOraclePolicy(), WrongCodePolicy()
+
+    def check_instances(self, env: Any, seeds: Any) -> None:
+        """As :meth:`CodeOraclePolicy.check_instances`: half of its answers are the oracle's."""
+        self._oracle.check_instances(env, seeds)
 
     def respond(self, agent: Any, env: Any) -> str:
         policy = self._oracle if self.rng.random() < self.oracle_prob else self._wrong
