@@ -1,34 +1,47 @@
-"""Code-judge benchmark: per-program time of ``SandboxPool.run_tests`` against unsandboxed baselines.
+"""Code-judge benchmark: speed of ``SandboxPool.run_tests`` against unsandboxed baselines, and its
+correctness on HumanEval (reference solutions and mutants) against a bare subprocess.
 
-Programs x tests of stdin/stdout problems (half correct, a quarter wrong, a quarter raising). Each
+Speed. Programs x tests of stdin/stdout problems (half correct, a quarter wrong, a quarter raising). Each
 configuration judges the same batch (fresh programs every repeat, so the verdict cache never answers):
 
-* ``judge``: ``await pool.run_tests(...)``, one sandbox launch per program, a forked child per test;
+* ``judge``: ``await pool.run_tests(...)``: through the slot's warm server (a fork per program, a fork
+  per test) where the pool allows it, else one sandbox launch per program;
 * ``baseline_process_per_program``: the issue's baseline, the same interpreter with the same flags
   (``python -I``), one process per program that runs all its tests in-process (each test ``exec``\\ s the
   program in a fresh namespace with ``sys.stdin``/``sys.stdout`` swapped; no isolation, no time limits);
 * ``bare_process_per_test``: ``python -I -c PROGRAM`` once per test (what a naive judge does);
-* ``sandbox_launch_only``: ``pool.run("pass")`` once per program, the part of the judge's time that is
-  the pool's launch (namespaces, launcher, uid sweep) rather than the harness and the tests.
+* ``sandbox_launch_only``: ``pool.run("pass")`` once per program: what one full sandbox launch costs
+  (launcher, namespaces, a fresh interpreter, the uid sweep), i.e. what the warm server saves.
 
 Concurrency is 1 and 2 (the pool's ``max_workers``; the baselines run that many processes at a time).
-It also checks that the judge's verdicts equal those of the bare per-test runs.
+Each pool judges one untimed batch first (it starts the warm servers; ``server_start_s`` records it).
 
-    python -m benchmarks.code_judge                     # 20 programs x 5 tests, 3 repeats
+Correctness. HumanEval's 164 reference solutions must all pass, and on deterministic mutants of them
+(comparisons flipped, constants off by one, ``+``/``-`` and ``and``/``or`` swapped, ``return None``) the
+sandbox's verdict (all tests passed or not) must equal a bare subprocess's: the same interpreter and
+flags on the program followed by its assert test, exit status 0 within the time limit = pass.
+
+    python -m benchmarks.code_judge                     # 20 programs x 5 tests, 5 repeats, all of HumanEval
+    python -m benchmarks.code_judge --quick             # < 60 s: fewer repeats and problems
     python -m benchmarks.code_judge --programs 40 --tests 10 --repeats 5
 
-Prints a table and writes ``benchmarks/results/code_judge.json``. Target (the issue's goal): judge time
-per program within 1.5x of ``baseline_process_per_program``.
+Prints tables and writes ``benchmarks/results/code_judge.json`` (``--quick``: ``code_judge_quick.json``).
+Target (the issue's goal): judge time per program within 1.5x of ``baseline_process_per_program``.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import asyncio
+import concurrent.futures
 import json
 import os
 import platform
+import random
 import statistics
+import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -120,60 +133,224 @@ def timed(coro) -> tuple[float, object]:
     return time.perf_counter() - start, value
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--programs", type=int, default=20)
-    parser.add_argument("--tests", type=int, default=5)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--time-limit", type=float, default=2.0)
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "code_judge.json"))
-    args = parser.parse_args()
+# --------------------------------------------------------------------------- mutants (correctness part)
+_COMPARE_FLIPS = {ast.Lt: ast.GtE, ast.GtE: ast.Lt, ast.Gt: ast.LtE, ast.LtE: ast.Gt, ast.Eq: ast.NotEq,
+                  ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot,
+                  ast.IsNot: ast.Is}
+MUTATION_KINDS = ("compare", "constant", "arith", "boolop", "return_none")
 
-    rows, agree = [], True
-    for workers in args.workers:
+
+def _sites(tree: ast.AST) -> list[tuple[str, int]]:
+    """(kind, index among the nodes of ``ast.walk``) of every place a mutation applies."""
+    sites = []
+    for index, node in enumerate(ast.walk(tree)):
+        if isinstance(node, ast.Compare) and type(node.ops[0]) in _COMPARE_FLIPS:
+            sites.append(("compare", index))
+        elif isinstance(node, ast.Constant) and type(node.value) is int:
+            sites.append(("constant", index))
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+            sites.append(("arith", index))
+        elif isinstance(node, ast.BoolOp):
+            sites.append(("boolop", index))
+        elif isinstance(node, ast.Return) and node.value is not None:
+            sites.append(("return_none", index))
+    return sites
+
+
+def _apply(source: str, kind: str, index: int) -> str:
+    tree = ast.parse(source)
+    node = list(ast.walk(tree))[index]
+    if kind == "compare":
+        node.ops[0] = _COMPARE_FLIPS[type(node.ops[0])]()
+    elif kind == "constant":
+        node.value += 1
+    elif kind == "arith":
+        node.op = ast.Sub() if isinstance(node.op, ast.Add) else ast.Add()
+    elif kind == "boolop":
+        node.op = ast.Or() if isinstance(node.op, ast.And) else ast.And()
+    elif kind == "return_none":
+        node.value = ast.Constant(None)
+    return ast.unparse(tree)
+
+
+def mutants(source: str, per_program: int, seed: int = 0) -> list[tuple[str, str]]:
+    """Up to ``per_program`` (kind, mutated source) of ``source``, deterministic in ``seed``: one site of
+    each kind first (in a seeded order), then further sites; sources that differ from the original
+    (and from each other) only."""
+    tree = ast.parse(source)
+    baseline = ast.unparse(tree)
+    rng = random.Random(seed)
+    by_kind: dict[str, list[int]] = {}
+    for kind, index in _sites(tree):
+        by_kind.setdefault(kind, []).append(index)
+    order = []
+    for kind in MUTATION_KINDS:
+        rng.shuffle(by_kind.get(kind, []))
+    while any(by_kind.values()):  # round robin over the kinds
+        for kind in MUTATION_KINDS:
+            if by_kind.get(kind):
+                order.append((kind, by_kind[kind].pop()))
+    out, seen = [], {baseline}
+    for kind, index in order:
+        if len(out) == per_program:
+            break
+        mutated = _apply(source, kind, index)
+        if mutated not in seen:
+            seen.add(mutated)
+            out.append((kind, mutated))
+    return out
+
+
+def _bare_verdict(python: str, program: str, assertion: str, time_limit: float) -> bool:
+    """The reference verdict: ``python -I`` on the program followed by its test; exit 0 in time = pass."""
+    with tempfile.TemporaryDirectory(prefix="code-judge-bare-") as folder:
+        path = os.path.join(folder, "solution.py")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(program + "\n\n" + assertion + "\n")
+        try:
+            proc = subprocess.run([python, "-I", path], cwd=folder, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=time_limit)
+        except subprocess.TimeoutExpired:
+            return False
+        return proc.returncode == 0
+
+
+async def _sandbox_verdicts(pool: SandboxPool, jobs: list[tuple[str, list[TestCase]]],
+                            time_limit: float) -> list[bool]:
+    rows = await asyncio.gather(*(pool.run_tests([program], tests, time_limit_s=time_limit,
+                                                 output_limit_bytes=4096) for program, tests in jobs))
+    return [all(v.passed for v in row[0]) for row in rows]
+
+
+def check_correctness(pool: SandboxPool, *, problems: int | None = None, mutants_per_problem: int = 2,
+                      time_limit: float = 3.0, seed: int = 0) -> dict:
+    """HumanEval's reference solutions (the first ``problems``, or all) through the sandbox, and their
+    mutants through the sandbox and a bare subprocess (run ``pool.max_workers`` at a time)."""
+    from pettingllms.envs.code.data import load_problems
+
+    chosen = list(load_problems("humaneval", None, "test", None))[:problems]
+    jobs = [(p.solutions[0], [TestCase(assertion=t["assertion"]) for t in p.tests]) for p in chosen]
+    start = time.perf_counter()
+    reference = asyncio.run(_sandbox_verdicts(pool, jobs, time_limit))
+    reference_s = time.perf_counter() - start
+    mutated = []  # (problem id, kind, program, tests, assertion source)
+    for problem, (_, tests) in zip(chosen, jobs):
+        for kind, program in mutants(problem.solutions[0], mutants_per_problem, seed):
+            mutated.append((problem.problem_id, kind, program, tests, "\n".join(t.assertion for t in tests)))
+    start = time.perf_counter()
+    sandbox = asyncio.run(_sandbox_verdicts(pool, [(m[2], m[3]) for m in mutated], time_limit))
+    sandbox_s = time.perf_counter() - start
+    start = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(pool.max_workers) as executor:
+        bare = list(executor.map(lambda m: _bare_verdict(pool.python, m[2], m[4], time_limit), mutated))
+    bare_s = time.perf_counter() - start
+    disagreements = [{"problem": m[0], "kind": m[1], "sandbox_passed": s, "bare_passed": b, "program": m[2]}
+                     for m, s, b in zip(mutated, sandbox, bare) if s != b]
+    kinds = {kind: sum(1 for m in mutated if m[1] == kind) for kind in MUTATION_KINDS}
+    return {
+        "reference": {"problems": len(chosen), "passed": sum(reference),
+                      "failed": [p.problem_id for p, ok in zip(chosen, reference) if not ok],
+                      "seconds": round(reference_s, 2)},
+        "mutants": {"count": len(mutated), "by_kind": kinds, "agree": len(mutated) - len(disagreements),
+                    "survived": sum(1 for b in bare if b), "killed": sum(1 for b in bare if not b),
+                    "disagreements": disagreements, "sandbox_s": round(sandbox_s, 2),
+                    "bare_s": round(bare_s, 2), "time_limit_s": time_limit, "seed": seed},
+    }
+
+
+def measure_speed(workers_list: list[int], num_programs: int, num_tests: int, repeats: int,
+                  time_limit: float) -> tuple[list[dict], dict, bool, str]:
+    """Rows of medians per (workers, config), server start seconds per workers, verdict agreement."""
+    rows, starts, agree, python = [], {}, True, ""
+    for workers in workers_list:
         with SandboxPool(SandboxConfig(), max_workers=workers) as pool:
             python = pool.python
+            programs, tests = make_batch(num_programs, num_tests, f"w{workers} warm-up {os.getpid()}")
+            starts[str(workers)] = round(timed(pool.run_tests(programs, tests, time_limit_s=time_limit))[0], 4)
             times: dict[str, list[float]] = {"judge": [], "baseline_process_per_program": [],
                                              "bare_process_per_test": [], "sandbox_launch_only": []}
-            for repeat in range(args.repeats):
-                programs, tests = make_batch(args.programs, args.tests, f"w{workers} r{repeat} {os.getpid()}")
-                t, verdicts = timed(pool.run_tests(programs, tests, time_limit_s=args.time_limit))
+            for repeat in range(repeats):
+                programs, tests = make_batch(num_programs, num_tests, f"w{workers} r{repeat} {os.getpid()}")
+                t, verdicts = timed(pool.run_tests(programs, tests, time_limit_s=time_limit))
                 times["judge"].append(t)
                 t, _ = timed(baseline_per_program(python, programs, tests, workers))
                 times["baseline_process_per_program"].append(t)
                 t, bare = timed(bare_per_test(python, programs, tests, workers))
                 times["bare_process_per_test"].append(t)
-                t, _ = timed(launch_only(pool, len(programs)))
+                t, _ = timed(launch_only(pool, num_programs))
                 times["sandbox_launch_only"].append(t)
                 agree &= [[v.status for v in row] for row in verdicts] == bare
+            warm = pool.warm_judge
         for name, values in times.items():
             median = statistics.median(values)
             rows.append({"workers": workers, "config": name, "median_s": round(median, 4),
-                         "per_program_ms": round(1000 * median / args.programs, 2),
-                         "programs_per_s": round(args.programs / median, 1),
-                         "all_s": [round(v, 4) for v in values]})
+                         "per_program_ms": round(1000 * median / num_programs, 2),
+                         "programs_per_s": round(num_programs / median, 1),
+                         "all_s": [round(v, 4) for v in values], "warm_judge": warm})
+    return rows, starts, agree, python
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--programs", type=int, default=20)
+    parser.add_argument("--tests", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--time-limit", type=float, default=2.0)
+    parser.add_argument("--problems", type=int, default=None, help="HumanEval problems (default all 164)")
+    parser.add_argument("--mutants-per-problem", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="< 60 s: 2 repeats, 20 problems")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    if args.quick:
+        args.repeats, args.problems = min(args.repeats, 2), args.problems or 20
+    out = args.out or str(Path(__file__).parent / "results" /
+                          ("code_judge_quick.json" if args.quick else "code_judge.json"))
+    load = os.getloadavg()
+    started = time.perf_counter()
+
+    rows, starts, agree, python = measure_speed(args.workers, args.programs, args.tests, args.repeats,
+                                                args.time_limit)
 
     def per_program(workers: int, name: str) -> float:
         return next(r["per_program_ms"] for r in rows if r["workers"] == workers and r["config"] == name)
 
     ratios = {str(w): round(per_program(w, "judge") / per_program(w, "baseline_process_per_program"), 2)
               for w in args.workers}
+    with SandboxPool(SandboxConfig(), max_workers=max(args.workers)) as pool:
+        correctness = check_correctness(pool, problems=args.problems,
+                                        mutants_per_problem=args.mutants_per_problem)
+    ref, mut = correctness["reference"], correctness["mutants"]
     result = {
-        "programs": args.programs, "tests_per_program": args.tests, "repeats": args.repeats,
-        "time_limit_s": args.time_limit, "python": python, "rows": rows,
-        "judge_over_baseline_per_program": ratios, "target_ratio": TARGET_RATIO,
+        "quick": args.quick, "programs": args.programs, "tests_per_program": args.tests,
+        "repeats": args.repeats, "time_limit_s": args.time_limit, "python": python, "rows": rows,
+        "server_start_s": starts, "judge_over_baseline_per_program": ratios, "target_ratio": TARGET_RATIO,
         "meets_target": all(r <= TARGET_RATIO for r in ratios.values()),
-        "verdicts_equal_bare_subprocess": agree, "cpu_count": os.cpu_count(),
+        "verdicts_equal_bare_subprocess": agree, "correctness": correctness,
+        "all_references_pass": ref["passed"] == ref["problems"],
+        "mutants_all_agree": mut["agree"] == mut["count"],
+        "cpu_count": os.cpu_count(), "load_average_at_start": [round(x, 2) for x in load],
         "python_version": platform.python_version(), "machine": platform.machine(),
+        "seconds": round(time.perf_counter() - started, 1),
     }
-    print(f"{args.programs} programs x {args.tests} tests, medians of {args.repeats} (interpreter {python})")
-    print(f"{'workers':>7}  {'config':<30} {'per program':>12} {'programs/s':>11}")
-    for r in rows:
-        print(f"{r['workers']:>7}  {r['config']:<30} {r['per_program_ms']:>9.1f} ms {r['programs_per_s']:>11.1f}")
-    print(f"judge / baseline per program: {ratios} (target <= {TARGET_RATIO}); "
-          f"verdicts equal bare subprocess: {agree}")
-    atomic_write_json(args.out, result)
+    print(f"{args.programs} programs x {args.tests} tests, medians of {args.repeats} (interpreter {python}; "
+          f"load average {load[0]:.2f} at start)")
+    header = "".join(f"{f'{w} worker' + ('s' if w > 1 else ''):>23}" for w in args.workers)
+    print(f"{'config':<30}{header}   (ms per program, programs/s)")
+    for name in ("judge", "baseline_process_per_program", "bare_process_per_test", "sandbox_launch_only"):
+        cells = "".join(f"{per_program(w, name):>10.1f} ms {1000 / per_program(w, name):>7.1f}/s"
+                        for w in args.workers)
+        print(f"{name:<30}{cells}")
+    print(f"judge / baseline per program: {ratios} (target <= {TARGET_RATIO}); warm server start "
+          f"(first batch) {starts} s; verdicts equal bare subprocess: {agree}")
+    print(f"HumanEval references: {ref['passed']}/{ref['problems']} pass"
+          + (f" (failed: {ref['failed']})" if ref["failed"] else ""))
+    print(f"mutants: {mut['agree']}/{mut['count']} verdicts agree with a bare subprocess "
+          f"({mut['killed']} fail, {mut['survived']} still pass; by kind {mut['by_kind']})")
+    for d in mut["disagreements"]:
+        print(f"  DISAGREE {d['problem']} {d['kind']}: sandbox passed={d['sandbox_passed']}, "
+              f"bare passed={d['bare_passed']}")
+    atomic_write_json(out, result)
 
 
 if __name__ == "__main__":

@@ -26,8 +26,10 @@ What every run gets (Linux):
   ``max_output_bytes`` (more kills the run, ``limit="output"``), stdin fed from ``run(stdin=...)``.
 
 Judging: ``await pool.run_tests(programs, [TestCase(stdin=..., expected_stdout=...) or
-TestCase(assertion=...)], time_limit_s=...)`` returns a :class:`TestVerdict` per (program, test): one
-launch per program, each test forked from a warm harness with fresh state (see ``judge.py``).
+TestCase(assertion=...)], time_limit_s=...)`` returns a :class:`TestVerdict` per (program, test). Each
+worker slot keeps a warm judge server (``warm.py``) that forks every program into fresh namespaces, files and
+limits, and every test from there with fresh state; where the warm server cannot run (no root, no
+namespaces, ``judge_server=False``) each program is one launch (see ``judge.py``).
 
 After each run the pool kills anything left of a dedicated uid (and, without a mount namespace, deletes
 that uid's files in ``/tmp``, ``/var/tmp``, ``/dev/shm``), so nothing outlives the call.

@@ -78,6 +78,10 @@ class SandboxConfig:
     extra_env: dict[str, str] = field(default_factory=dict, metadata={"help": "Added to the program's "
                                                                       "minimal environment; never put "
                                                                       "secrets here."})
+    judge_server: bool = field(default=True, metadata={"help": "run_tests judges through a warm "
+                                                         "server per worker slot where that keeps every "
+                                                         "protection (root, dedicated uids, pid + mount "
+                                                         "namespaces); False: one launch per program."})
     work_root: str | None = field(default=None, metadata={"help": "Folder for the per-run working "
                                                           "directories; default the system temp dir."})
 

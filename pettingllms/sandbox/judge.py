@@ -1,11 +1,13 @@
 """Batched judging of model-written programs against test cases (:func:`run_tests`, used through
 :meth:`SandboxPool.run_tests`).
 
-A batch is programs x tests. Each distinct program is one sandbox launch through the pool (every
-namespace, rlimit and uid protection of :meth:`SandboxPool.run` applies), whose program is the harness
-``judge_harness.py``: it forks one child per test from a warm interpreter, so every test starts from
-fresh interpreter state, and kills a child at the per-test time limit or output cap without touching
-the other tests. Outputs of stdin/stdout tests are compared here, outside the sandbox, with
+A batch is programs x tests. Each distinct program goes to the pool's :meth:`SandboxPool.run_harness`:
+where the pool allows it (:attr:`SandboxPool.warm_judge`), to its slot's warm server, which forks one
+process per program with fresh namespaces, scratch, rlimits and uid (see ``judge_harness.py``, "the
+warm server", and ``warm.py``); elsewhere, as one sandbox launch (every namespace, rlimit and uid
+protection of :meth:`SandboxPool.run` applies). Either way the harness ``judge_harness.py`` forks one
+child per test from a warm interpreter, so every test starts from fresh interpreter state, and kills a
+child at the per-test time limit or output cap without touching the other tests. Outputs of stdin/stdout tests are compared here, outside the sandbox, with
 :func:`compare_output`. Verdicts are cached per pool by (program, test set, limits) in an LRU.
 
 When the harness's result lines for one launch could pass the pool's ``max_output_bytes``, the tests
@@ -211,7 +213,10 @@ async def _launch(pool: Any, program: str, tests: list[TestCase], indices: range
                "stderr_tail_bytes": STDERR_TAIL_BYTES, "stop_on_failure": stop,
                "sweep": bool(getattr(pool, "pid_isolated", False))}
     wall = LAUNCH_SLACK_S + len(chunk) * (time_limit + PER_TEST_SLACK_S)
-    result = await pool.run(_harness_source(), stdin=json.dumps(payload), timeout=wall)
+    if hasattr(pool, "run_harness"):
+        result = await pool.run_harness(_harness_source(), json.dumps(payload), timeout=wall)
+    else:
+        result = await pool.run(_harness_source(), stdin=json.dumps(payload), timeout=wall)
     ready, records = _parse(result.stdout)
     if not ready:
         raise SandboxError(f"the judge harness did not start ({result.status}, limit={result.limit}): "

@@ -1,10 +1,11 @@
 """Test harness that the judge runs inside the sandbox, and the output comparison it shares with the judge.
 
-The judge (``judge.py``) sends this file's text to :meth:`SandboxPool.run` as the program and a JSON
-payload on stdin: ``{"program": str, "tests": [{"stdin": str, "assertion": str | null}, ...],
+The judge (``judge.py``) sends a JSON payload to it, either through the slot's warm server (this file
+run as ``--serve``, see "the warm server" below) or, where the pool has none, as the program of one
+:meth:`SandboxPool.run` with the payload on stdin: ``{"program": str, "tests": [{"stdin": str, "assertion": str | null}, ...],
 "time_limit_s": float, "output_limit_bytes": int, "stderr_tail_bytes": int, "stop_on_failure": bool, "sweep": bool}`` (``sweep``: the run has its own pid
 namespace, so the harness may kill every other process of it after each test).
-Run as a script (standard library only: it runs as ``python -I main.py`` in the sandbox), it
+Standard library only (it runs as ``python -I`` in the sandbox, before any site-packages matter), it
 
 1. writes the program to ``solution.py``, pre-imports modules solutions often use, makes itself
    non-dumpable (a test's process cannot open its file descriptors through ``/proc`` to forge results),
@@ -178,6 +179,24 @@ def _supervise(pid, out_r, err_r, start, time_limit, out_cap, tail):
             "stderr": base64.b64encode(bytes(err)).decode(), "seconds": round(seconds, 6)}
 
 
+def _sweep_namespace(timeout=2.0):
+    """In the run's own pid namespace: kill whatever the test left outside its process group (a
+    setsid() daemon) and wait until pid 1 has reaped it, so that the next test cannot even see it as a
+    zombie. Never without a pid namespace: -1 would then mean every process of this uid on the host."""
+    me = os.getpid()
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+        # Only pid 1 (init or the warm server, root) and this harness belong here between tests.
+        others = [name for name in os.listdir("/proc") if name.isdigit() and int(name) not in (1, me)]
+        if not others or time.monotonic() > deadline:
+            return
+        time.sleep(0.0005)
+
+
 def _serve(payload):
     """The parent's loop (never returns there). Returns in a forked child: the assertion to run or None."""
     time_limit = float(payload["time_limit_s"])
@@ -207,13 +226,7 @@ def _serve(payload):
         os.close(out_r)
         os.close(err_r)
         if payload.get("sweep"):
-            # In the run's own pid namespace: kill whatever the test left outside its process group
-            # (a setsid() daemon) so that it cannot reach the next test. Never without one: -1 would
-            # then mean every process of this uid on the host.
-            try:
-                os.kill(-1, signal.SIGKILL)
-            except OSError:
-                pass
+            _sweep_namespace()
         record["i"] = index
         _emit(record)
         if payload["stop_on_failure"] and not (record["kind"] == "exit" and record["code"] == 0):
@@ -285,7 +298,23 @@ def _finish(status):
     os._exit(status)
 
 
-if __name__ == "__main__":
+def _judge(payload):
+    """Write the program, announce readiness, and serve the tests. Returns only in a forked test child,
+    where it runs the program; never returns in the harness process."""
+    path = os.path.abspath(PROGRAM_FILE)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(payload["program"])
+    _non_dumpable(0)
+    _emit({"ready": True})
+    assertion = _serve(payload)
+    # Only a forked test child gets here. Drop the payload: the program sees no other test.
+    del payload
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
+    _finish(_run_program(_fresh_main(path), source, path, assertion))
+
+
+def _warm_imports():
     # Warm the parent: each forked test finds these loaded (a solution imports them at no cost).
     import bisect  # noqa: F401
     import collections  # noqa: F401
@@ -295,15 +324,171 @@ if __name__ == "__main__":
     import string  # noqa: F401
     import typing  # noqa: F401
 
-    _payload = json.loads(sys.stdin.buffer.read())
-    _path = os.path.abspath(PROGRAM_FILE)
-    with open(_path, "w", encoding="utf-8") as _f:
-        _f.write(_payload["program"])
-    _non_dumpable(0)
-    _emit({"ready": True})
-    _assertion = _serve(_payload)
-    # Only a forked test child gets here. Drop the payload: the program sees no other test.
-    del _payload, _f
-    with open(_path, encoding="utf-8") as _f:
-        _source = _f.read()
-    _finish(_run_program(_fresh_main(_path), _source, _path, _assertion))
+
+# --------------------------------------------------------------------------- the warm server (pid 1)
+# ``python -I judge_harness.py --serve``, exec'd by the launcher's init as pid 1 of the sandbox's
+# namespaces, still privileged, once per pool worker slot. Protocol on its stdin: one line with the
+# launch spec (JSON, see launcher.py), then per program a header line ``{"nonce": str, "size": n}``
+# followed by ``n`` bytes of the harness payload. On its stdout: ``{"server_ready": true}`` once, then
+# per program the harness's own lines and, after a newline, ``{"done": nonce, "kind": "exit" |
+# "signal", "code": n, "cpu": s, "stderr": base64 tail, "stderr_bytes": n}``.
+#
+# Per program it forks one process that reads the payload (the server never holds a program, so no
+# program's text or tests can reach a later one through its memory), unshares a new mount and IPC
+# namespace with a fresh tmpfs scratch (no file or SysV/POSIX IPC object outlives the program), applies
+# the rlimits, drops to the slot's sandbox uid with no_new_privs, and runs the harness as above. When
+# that process ends, the server kills every other process of the pid namespace (``kill(-1)`` from its
+# pid 1) and reaps them all before it reports, so nothing of a program is alive when the next starts.
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
+SERVER_STDERR_TAIL = 1 << 16
+
+
+def _read_exact(fd, size):
+    chunks, left = [], size
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            raise EOFError(f"stdin ended {left} bytes before the end of the payload")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read_line(fd, limit=1 << 16):
+    """One line from a raw fd, byte by byte (nothing past the newline is consumed); b"" at end."""
+    data = bytearray()
+    while len(data) < limit:
+        byte = os.read(fd, 1)
+        if not byte:
+            return bytes(data)
+        if byte == b"\n":
+            return bytes(data)
+        data += byte
+    raise ValueError("header line too long")
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _load_launcher():
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launcher.py")
+    spec = importlib.util.spec_from_file_location("_sandbox_launcher", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # not put in sys.modules: programs never see it by name
+    return module
+
+
+def _program_process(spec, launcher, size):
+    """In the per-program child: payload, fresh namespaces and scratch, limits, uid. Returns the payload."""
+    data = _read_exact(0, size)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)  # the server's request stream is never the program's to read
+    os.close(null)
+    ret = launcher._libc.unshare(launcher.ctypes.c_int(CLONE_NEWNS | CLONE_NEWIPC))
+    launcher._check(ret, "unshare", "unshare(CLONE_NEWNS | CLONE_NEWIPC)")
+    launcher.mount_scratch(spec)
+    launcher.drop_privileges(spec)
+    # The dispositions a freshly started interpreter has (the server is pid 1 with the defaults).
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    payload = json.loads(data)
+    del data
+    return payload
+
+
+def _reap_everything(program_pid):
+    """Kill every process of the namespace but ourselves (pid 1) and reap them all; returns the
+    program process's (wait status, rusage) if it was reaped here."""
+    found = None
+    while True:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            pid, wstatus, usage = os.wait4(-1, 0)
+        except ChildProcessError:
+            return found
+        except InterruptedError:
+            continue
+        if pid == program_pid:
+            found = (wstatus, usage)
+
+
+def _await_program(pid, err_fd):
+    """Wait for the program process, reaping orphans the moment they end (a killed daemon must not
+    linger as a zombie that a later test still sees), then clear the namespace. Returns (wait status,
+    rusage, stderr tail, stderr bytes); the stderr is a memfd, so no reader has to keep up with it."""
+    result = None
+    while result is None:
+        try:
+            done, wstatus, usage = os.wait4(-1, 0)
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        if done == pid:
+            result = (wstatus, usage)
+    _reap_everything(pid)
+    total = os.fstat(err_fd).st_size
+    os.lseek(err_fd, max(0, total - SERVER_STDERR_TAIL), os.SEEK_SET)
+    tail = os.read(err_fd, SERVER_STDERR_TAIL)
+    os.close(err_fd)
+    wstatus, usage = result if result is not None else (0xFF00, None)
+    return wstatus, usage, tail, total
+
+
+def _server_main():
+    spec = json.loads(_read_line(0))
+    launcher = _load_launcher()
+    _warm_imports()
+    _write_all(1, b'{"server_ready": true}\n')
+    while True:
+        header = _read_line(0)
+        if not header:
+            os._exit(0)  # the pool closed the stream
+        request = json.loads(header)
+        nonce, size = str(request["nonce"]), int(request["size"])
+        err_fd = os.memfd_create("harness-stderr", 0)  # bounded by the program's RLIMIT_FSIZE
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.dup2(err_fd, 2)
+                os.close(err_fd)
+                box = [_program_process(spec, launcher, size)]
+            except BaseException as exc:  # noqa: BLE001 - a set-up failure ends this program only
+                try:
+                    _write_all(2, f"sandbox set-up failed: {exc!r}\n".encode())
+                finally:
+                    os._exit(70)
+            del spec, launcher, request, header, nonce, size
+            # No reference to the payload stays in this frame, which the program could reach by
+            # walking up its frames: _judge drops its own before the program runs.
+            _judge(box.pop())  # never returns here: the harness and the test children exit themselves
+            os._exit(0)
+        wstatus, usage, err, err_total = _await_program(pid, err_fd)
+        cpu = usage.ru_utime + usage.ru_stime if usage is not None else None
+        record = {"done": nonce}  # first key: the pool finds the record by this prefix
+        if os.WIFSIGNALED(wstatus):
+            record.update(kind="signal", code=os.WTERMSIG(wstatus))
+        else:
+            record.update(kind="exit", code=os.WEXITSTATUS(wstatus))
+        record.update(cpu=cpu, stderr=base64.b64encode(err).decode(), stderr_bytes=err_total)
+        # A newline first: a harness killed mid-line must not glue its partial line to this record.
+        _write_all(1, b"\n" + json.dumps(record).encode() + b"\n")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--serve"]:
+        _server_main()
+    _warm_imports()
+    _judge(json.loads(sys.stdin.buffer.read()))

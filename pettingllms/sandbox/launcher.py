@@ -1,4 +1,6 @@
-"""Stand-alone launcher that the pool runs as ``python -I -S launcher.py SPEC_JSON`` for every program.
+"""Stand-alone launcher that the pool runs as ``python -I -S launcher.py SPEC`` for every program (``SPEC``:
+the launch spec as ``marshal.dumps(spec).hex()``; the pool runs it with its own interpreter, so the
+marshal format matches).
 
 It uses the standard library only (it runs with ``-S``, before any site-packages) and is never imported
 by the package: the trainer process never forks with a ``preexec_fn`` (unsafe next to torch's
@@ -13,17 +15,21 @@ threads), this fresh process does the privileged set-up instead. Three processes
 3. the **program**: applies the rlimits, drops to the sandbox uid/gid, sets ``no_new_privs`` and
    ``exec``\\ s the interpreter on the code file.
 
-The status pipe carries JSON lines: ``{"kind": "exit", "code": n, "cpu": s}``,
+The status pipe carries one Python literal per line (``repr`` of a dict, read back with
+``ast.literal_eval``): ``{"kind": "exit", "code": n, "cpu": s}``,
 ``{"kind": "signal", "signal": n, "cpu": s}`` or ``{"kind": "setup_error", "stage": ..., "message":
 ...}``, plus ``{"kind": "warning", ...}`` lines for set-up steps that failed without defeating the run.
+
+Imports are kept to what a launch needs: ``json`` (with ``re`` and ``enum``), ``ctypes.util`` and
+``signal`` (``enum``) cost 8 to 15 ms each of every launch on a 2-core machine, so the spec travels as
+marshal, the records as literals, libc is opened by its soname and signals come from ``_signal``.
 """
 
+import _signal as signal  # not ``signal``: it imports enum (~8 ms a launch)
 import ctypes
-import ctypes.util
-import json
+import marshal
 import os
 import resource
-import signal
 import sys
 import time
 
@@ -75,7 +81,16 @@ MOUNT_OPTION_FLAGS = {
     "strictatime": MS_STRICTATIME,
 }
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+def _load_libc():
+    # Not ctypes.util.find_library: importing ctypes.util (shutil, subprocess, re) took ~40 ms of every
+    # launch; glibc's soname is fixed, and the main program's symbols (CDLL(None)) cover other libcs.
+    try:
+        return ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:
+        return ctypes.CDLL(None, use_errno=True)
+
+
+_libc = _load_libc()
 
 
 class SetupError(Exception):
@@ -105,7 +120,7 @@ def _mount(source, target, fstype, flags, data, stage="mount"):
 
 
 def _report(fd, record):
-    data = (json.dumps(record) + "\n").encode()
+    data = (repr(record) + "\n").encode()
     try:
         os.write(fd, data)
     except OSError:
@@ -146,16 +161,11 @@ def _remount_read_only(status_fd, skip_prefixes):
             _report(status_fd, {"kind": "warning", "stage": "readonly", "message": exc.message})
 
 
-def _setup_mounts(spec, status_fd):
-    """Private mounts: read-only host, one size-capped tmpfs for /tmp, /var/tmp, /dev/shm and the
-    working directory, and a /proc that shows only this pid namespace."""
+def mount_scratch(spec):
+    """One fresh size-capped tmpfs for /tmp, /var/tmp, /dev/shm and the working directory (owned by the
+    sandbox uid). Also called by the judge's warm server in each program's own new mount namespace, so
+    that no file outlives the program that wrote it."""
     workdir = spec["workdir"]
-    code_name = spec["code_file"]
-    with open(os.path.join(workdir, code_name), "rb") as f:
-        code = f.read()
-    _mount(None, "/", None, MS_REC | MS_PRIVATE, None, stage="mount")
-    if spec["readonly_root"]:
-        _remount_read_only(status_fd, ["/proc", "/sys", "/dev"])
     flags = MS_NOSUID | MS_NODEV
     _mount("tmpfs", "/tmp", "tmpfs", flags, f"size={int(spec['scratch_mb'])}m,mode=1777")
     for target, name in (("/var/tmp", ".var-tmp"), ("/dev/shm", ".dev-shm")):
@@ -171,12 +181,28 @@ def _setup_mounts(spec, status_fd):
         os.mkdir(scratch)
         _mount(scratch, workdir, None, MS_BIND, None)
     os.chmod(workdir, 0o700)
-    path = os.path.join(workdir, code_name)
-    with open(path, "wb") as f:
-        f.write(code)
     if spec["uid"] is not None:
         os.chown(workdir, spec["uid"], spec["gid"])
-        os.chown(path, spec["uid"], spec["gid"])
+
+
+def _setup_mounts(spec, status_fd):
+    """Private mounts: read-only host, one size-capped tmpfs for /tmp, /var/tmp, /dev/shm and the
+    working directory, and a /proc that shows only this pid namespace."""
+    code_name = spec.get("code_file")
+    code = None
+    if code_name is not None:  # the warm judge server has no code file: it gets programs on stdin
+        with open(os.path.join(spec["workdir"], code_name), "rb") as f:
+            code = f.read()
+    _mount(None, "/", None, MS_REC | MS_PRIVATE, None, stage="mount")
+    if spec["readonly_root"]:
+        _remount_read_only(status_fd, ["/proc", "/sys", "/dev"])
+    mount_scratch(spec)
+    if code is not None:
+        path = os.path.join(spec["workdir"], code_name)
+        with open(path, "wb") as f:
+            f.write(code)
+        if spec["uid"] is not None:
+            os.chown(path, spec["uid"], spec["gid"])
     if spec["namespaces"]["pid"]:
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
 
@@ -184,17 +210,41 @@ def _setup_mounts(spec, status_fd):
 def _loopback_up(status_fd):
     # A fresh network namespace has only "lo", and it is down; bring it up so that programs can use
     # local sockets among themselves. Nothing outside the namespace is reachable through it.
+    import _socket  # not ``socket``: it would import enum and selectors on every launch
     import fcntl
-    import socket
     import struct
 
     try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)  # no context manager in _socket
+        try:
             req = struct.pack("16sh", b"lo", 0)
             flags = struct.unpack("16sh", fcntl.ioctl(s.fileno(), SIOCGIFFLAGS, req))[1]
             fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sh", b"lo", flags | IFF_UP))
+        finally:
+            s.close()
     except OSError as exc:
         _report(status_fd, {"kind": "warning", "stage": "loopback", "message": str(exc)})
+
+
+def drop_privileges(spec):
+    """Own session, working directory, umask, rlimits, the sandbox uid/gid, ``no_new_privs`` (raises
+    SetupError). Shared by the program process below and the judge's warm server (per program)."""
+    if spec["namespaces"]["pid"]:
+        # Its own session: a program that kills its process group cannot reach the launcher (same
+        # uid when unprivileged). Without a pid namespace it stays in the launcher's group, which
+        # the pool kills as a whole.
+        os.setsid()
+    os.chdir(spec["workdir"])
+    os.umask(0o077)
+    for name, (soft, hard) in spec["rlimits"].items():
+        resource.setrlimit(RLIMITS[name], (soft, hard))
+    if spec["uid"] is not None:
+        os.setgroups([])
+        os.setgid(spec["gid"])
+        os.setuid(spec["uid"])
+        if os.getuid() != spec["uid"] or os.geteuid() != spec["uid"]:
+            raise SetupError("privileges", "setuid did not take effect")
+    _check(_prctl(PR_SET_NO_NEW_PRIVS, 1), "privileges", "prctl(PR_SET_NO_NEW_PRIVS)")
 
 
 def _exec_program(spec, error_fd):
@@ -202,31 +252,16 @@ def _exec_program(spec, error_fd):
     try:
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
-        if spec["namespaces"]["pid"]:
-            # Its own session: a program that kills its process group cannot reach the launcher (same
-            # uid when unprivileged). Without a pid namespace it stays in the launcher's group, which
-            # the pool kills as a whole.
-            os.setsid()
-        os.chdir(spec["workdir"])
-        os.umask(0o077)
-        for name, (soft, hard) in spec["rlimits"].items():
-            resource.setrlimit(RLIMITS[name], (soft, hard))
-        if spec["uid"] is not None:
-            os.setgroups([])
-            os.setgid(spec["gid"])
-            os.setuid(spec["uid"])
-            if os.getuid() != spec["uid"] or os.geteuid() != spec["uid"]:
-                raise SetupError("privileges", "setuid did not take effect")
-        _check(_prctl(PR_SET_NO_NEW_PRIVS, 1), "privileges", "prctl(PR_SET_NO_NEW_PRIVS)")
+        drop_privileges(spec)
         argv = spec["argv"]
         try:
             os.execve(argv[0], argv, spec["env"])
         except OSError as exc:
             raise SetupError("exec", f"cannot execute {argv[0]!r}: {exc}") from None
     except SetupError as exc:
-        os.write(error_fd, json.dumps({"stage": exc.stage, "message": exc.message}).encode())
+        os.write(error_fd, marshal.dumps({"stage": exc.stage, "message": exc.message}))
     except BaseException as exc:  # any other failure before exec is a set-up failure
-        os.write(error_fd, json.dumps({"stage": "program", "message": repr(exc)}).encode())
+        os.write(error_fd, marshal.dumps({"stage": "program", "message": repr(exc)}))
     os._exit(127)
 
 
@@ -287,6 +322,18 @@ def _run_init(spec, status_fd, lifeline_fd):
         _setup_mounts(spec, status_fd)
     if ns["net"]:
         _loopback_up(status_fd)
+    if spec.get("server"):
+        # The judge's warm server (judge_harness.py --serve) becomes pid 1 of the namespace, still
+        # privileged: it runs no model code itself and forks one process per program, which makes
+        # its own mount and IPC namespaces, applies the limits and drops to the sandbox uid (see there).
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_DFL)
+        os.chdir("/")
+        argv = spec["argv"]
+        try:
+            os.execve(argv[0], argv, spec["env"])
+        except OSError as exc:
+            raise SetupError("exec", f"cannot execute {argv[0]!r}: {exc}") from None
     err_r, err_w = os.pipe()  # close-on-exec: empty on a successful exec
     child = os.fork()
     if child == 0:
@@ -301,7 +348,7 @@ def _run_init(spec, status_fd, lifeline_fd):
             break
         chunks.append(chunk)
     os.close(err_r)
-    failure = json.loads(b"".join(chunks)) if chunks else None
+    failure = marshal.loads(b"".join(chunks)) if chunks else None
     while True:  # reap orphans re-parented to us until the program itself is reaped
         try:
             pid, wstatus, usage = os.wait4(-1, 0)
@@ -348,7 +395,7 @@ def _enter_namespaces(spec):
 
 
 def main():
-    spec = json.loads(sys.argv[1])
+    spec = marshal.loads(bytes.fromhex(sys.argv[1]))
     status_fd = spec["status_fd"]
     os.set_inheritable(status_fd, False)
     init = None

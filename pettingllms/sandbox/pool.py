@@ -8,11 +8,14 @@ wall clock, the output caps and the clean-up after each run.
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import base64
+import concurrent.futures
 import errno
 import fcntl
-import json
 import logging
+import marshal
 import math
 import os
 import pwd
@@ -27,9 +30,11 @@ import weakref
 from dataclasses import dataclass
 
 from pettingllms.sandbox.config import SandboxConfig
+from pettingllms.sandbox.judge import HARNESS_PATH
 from pettingllms.sandbox.judge import run_tests as judge_programs
 from pettingllms.sandbox.processes import kill_uid, remove_files_of_uid
 from pettingllms.sandbox.result import ExecutionResult, SandboxError, classify_exit
+from pettingllms.sandbox.warm import WarmServer
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +89,15 @@ class _Capture:
         return self.data.decode("utf-8", errors="replace")
 
 
-def _cleanup_pool(work_root: str, lock_fds: list[int]) -> None:
+def _cleanup_pool(work_root: str, lock_fds: list[int], servers: dict, executors: list) -> None:
+    for server in list(servers.values()):  # before the uids are released: nothing of theirs survives
+        try:
+            server.stop()
+        except SandboxError as exc:
+            logger.error("sandbox: stopping a judge server: %s", exc)
+    servers.clear()
+    for executor in executors:
+        executor.shutdown(wait=False, cancel_futures=True)
     shutil.rmtree(work_root, ignore_errors=True)
     for fd in lock_fds:
         try:
@@ -107,7 +120,7 @@ def _kill_group(pgid: int) -> None:
 
 
 def _read_status(fd: int) -> list[dict]:
-    """All JSON records the launcher wrote (non-blocking: the writers are gone or never write again)."""
+    """All records the launcher wrote (non-blocking: the writers are gone or never write again)."""
     os.set_blocking(fd, False)
     data = b""
     while True:
@@ -120,10 +133,12 @@ def _read_status(fd: int) -> list[dict]:
         data += chunk
     records = []
     for line in data.decode(errors="replace").splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
+        try:  # the launcher writes ``repr`` of plain dicts (it does not import json: see there)
+            record = ast.literal_eval(line)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
             continue
+        if isinstance(record, dict):
+            records.append(record)
     return records
 
 
@@ -147,10 +162,13 @@ class SandboxPool:
         self._semaphores: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._lock_fds: list[int] = []
         self._reported_warnings: set[str] = set()
+        self._servers: dict[int, WarmServer] = {}  # the judge's warm server of each slot, when started
+        self._executors: list[concurrent.futures.ThreadPoolExecutor] = []
         work_parent = self.config.work_root or tempfile.gettempdir()
         self._work_root = tempfile.mkdtemp(prefix="pettingllms-sandbox-", dir=work_parent)
         os.chmod(self._work_root, 0o711)  # sandbox uids may traverse to their own run folder only
-        self._finalizer = weakref.finalize(self, _cleanup_pool, self._work_root, self._lock_fds)
+        self._finalizer = weakref.finalize(self, _cleanup_pool, self._work_root, self._lock_fds,
+                                           self._servers, self._executors)
         try:
             self._identities = self._reserve_identities()
             self._free_slots = list(range(max_workers))
@@ -176,6 +194,15 @@ class SandboxPool:
     def filesystem_isolated(self) -> bool:
         """Programs see read-only host file systems and a private, size-capped scratch tmpfs."""
         return self._namespaces["mount"]
+
+    @property
+    def warm_judge(self) -> bool:
+        """``run_tests`` judges through a warm server per worker slot (one launch per slot, a fork per
+        program) rather than one launch per program. Only where that keeps every protection of a
+        launch: as root with a dedicated uid per slot and pid + mount namespaces (``judge_server``)."""
+        return (self.config.judge_server and self.as_root and self._namespaces["pid"]
+                and self._namespaces["mount"] and all(i is not None and i.dedicated
+                                                      for i in self._identities))
 
     @property
     def work_root(self) -> str:
@@ -330,7 +357,7 @@ class SandboxPool:
 
     # ----------------------------------------------------------------- one run
     def _launcher_argv(self, spec: dict) -> list[str]:
-        return [sys.executable, "-I", "-S", LAUNCHER_PATH, json.dumps(spec)]
+        return [sys.executable, "-I", "-S", LAUNCHER_PATH, marshal.dumps(spec).hex()]
 
     def _rlimits(self) -> dict[str, list[int]]:
         cfg = self.config
@@ -452,6 +479,87 @@ class SandboxPool:
                     self._free_slots.append(slot)
         self.counts[result.status] += 1
         return result
+
+    async def run_harness(self, harness: str, payload: str, timeout: float) -> ExecutionResult:
+        """Run the judge's harness on ``payload`` (its stdin): through the slot's warm server when
+        :attr:`warm_judge`, else as :meth:`run` of the harness source. Counted in ``counts`` as a run."""
+        if not self.warm_judge:
+            return await self.run(harness, stdin=payload, timeout=timeout)
+        if not (isinstance(timeout, (int, float)) and timeout > 0 and math.isfinite(timeout)):
+            raise ValueError(f"`timeout` must be a finite number > 0, got {timeout!r}")
+        if not self._finalizer.alive:
+            raise SandboxError("the sandbox pool is closed")
+        data = payload.encode("utf-8")
+        loop = asyncio.get_running_loop()
+        async with self._semaphore():
+            slot = await self._take_slot()
+            future = loop.run_in_executor(self._executor(), self._warm_run, slot, data, float(timeout))
+            try:
+                result = await asyncio.shield(future)
+            except asyncio.CancelledError:
+                server = self._servers.get(slot)
+                if server is not None:  # its pipes then end and the thread returns at once
+                    server.stop()
+                await asyncio.wait({future}, timeout=2 * KILL_GRACE_S)
+                raise
+            except SandboxError:
+                self.counts["sandbox_error"] += 1
+                raise
+            finally:
+                if future.done():
+                    with self._lock:
+                        self._free_slots.append(slot)
+                else:  # never hand out a slot whose thread still talks to its server
+                    logger.error("sandbox: slot %d's judge thread did not finish; slot retired", slot)
+        self.counts[result.status] += 1
+        return result
+
+    def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
+        with self._lock:
+            if not self._executors:
+                self._executors.append(concurrent.futures.ThreadPoolExecutor(
+                    self.max_workers, thread_name_prefix="sandbox-judge"))
+            return self._executors[0]
+
+    def _start_server(self, slot: int) -> WarmServer:
+        identity = self._identities[slot]
+        workdir = os.path.join(self._work_root, f"slot-{slot}")
+        if not (workdir.startswith("/tmp/")):  # the launcher binds the scratch there: it must exist
+            os.makedirs(workdir, mode=0o700, exist_ok=True)
+        status_r, status_w = os.pipe()
+        spec = self._spec(workdir, identity, self._namespaces,
+                          [self.python, *self.config.python_args, HARNESS_PATH, "--serve"], status_w)
+        spec.update(server=True, code_file=None)
+        return WarmServer(self._launcher_argv(spec), spec, status_r, status_w, self._work_root,
+                          {"PATH": SANDBOX_PATH}, identity.uid, _read_status)
+
+    def _warm_run(self, slot: int, payload: bytes, wall: float) -> ExecutionResult:
+        """In a pool thread: one payload through the slot's warm server (started when missing)."""
+        server = self._servers.get(slot)
+        if server is None or not server.alive:
+            if server is not None:
+                server.stop()
+            server = self._servers[slot] = self._start_server(slot)
+        cap = self.config.max_output_bytes
+        start = time.monotonic()
+        try:
+            stdout, record, ended_by = server.call(payload, wall, cap)
+        finally:
+            if not server.alive:
+                self._servers.pop(slot, None)
+        duration = time.monotonic() - start
+        out, err = _Capture(cap), _Capture(cap)
+        if out.add(stdout) and ended_by is None:
+            ended_by = "output"
+        records = []
+        if record is not None:
+            err.add(base64.b64decode(record.get("stderr", "")))
+            if record.get("stderr_bytes", 0) > len(err.data):
+                err.truncated = True
+            final = {"kind": record["kind"], "cpu": record.get("cpu")}
+            final["code" if record["kind"] == "exit" else "signal"] = record["code"]
+            records.append(final)
+        return self._result(records, ended_by, out, err, duration, None)
 
     async def run_tests(self, programs: list[str], tests: list, **options) -> list[list]:
         """Judge programs x tests in one batch (see :func:`pettingllms.sandbox.judge.run_tests`)."""

@@ -10,6 +10,7 @@ folders, that the test's own folders are untouched, and that the pool's work fol
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from pettingllms.sandbox import SandboxConfig, SandboxPool, kill_uid, pids_of_uid
+from pettingllms.sandbox import SandboxConfig, SandboxPool, TestCase, kill_uid, pids_of_uid
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux")
 
@@ -499,3 +500,88 @@ def test_without_namespaces_root_still_contains(ctx, name):
         _assert_contained(bare, ctx, result, timeout or WALL)
         # The next run on the same uid starts cleanly (no zombie eats its process budget).
         assert bare.run_sync("print('next')").stdout == "next\n"
+
+
+# --------------------------------------------------------------------------- the judge's warm server
+# ``run_tests`` judges every program of a worker slot in one long-lived sandbox (a warm server, pid 1 of
+# its namespaces, forks one process per program). Each hostile program goes through it, then a probe
+# through the same slot must find a state equal to a brand-new server's: no file, IPC object or process
+# of the hostile program, and the server itself untouched.
+
+PROBE = r"""
+import json, os
+def ls(path):
+    try:
+        return sorted(os.listdir(path))
+    except OSError as exc:
+        return type(exc).__name__
+def table(path):
+    try:
+        return open(path).read().splitlines()[1:]
+    except OSError as exc:
+        return type(exc).__name__
+me, parent = os.getpid(), os.getppid()
+pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
+print(json.dumps({
+    "tmp": ls('/tmp'), "var_tmp": ls('/var/tmp'), "dev_shm": ls('/dev/shm'), "cwd": ls('.'),
+    "home": ls(os.environ['HOME']),
+    "others": [p for p in pids if p not in (1, me, parent)],
+    "shm": table('/proc/sysvipc/shm'), "msg": table('/proc/sysvipc/msg'), "sem": table('/proc/sysvipc/sem'),
+    "uid": os.getuid(), "marker_env": os.environ.get('PROBE_MARK'),
+}, sort_keys=True))
+"""
+
+WARM_EXTRA = {
+    # SysV IPC objects outlive their creator; each program gets its own IPC namespace.
+    "sysv_ipc_leftovers": (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "print('shm', libc.shmget(0x5eed, 4096, 0o1666))\nprint('msg', libc.msgget(0x5eed, 0o1666))\n"
+        "print('sem', libc.semget(0x5eed, 1, 0o1666))\n", {"ok"}, None, None, ""),
+    # State in the interpreter the next program would see if it shared one.
+    "poison_the_interpreter": (
+        "import os, json, builtins\nos.environ['PROBE_MARK'] = 'poisoned'\njson.dumps = None\n"
+        "builtins.print = None\nopen('/tmp/{marker}-left', 'w').write('x')\n", {"ok"}, None, None, ""),
+}
+
+
+@pytest.fixture(scope="module")
+def warm_pool(ctx):
+    with SandboxPool(SandboxConfig(**LIMITS), max_workers=1) as p:
+        if not p.warm_judge:
+            pytest.skip("the warm judge needs root, dedicated uids and pid + mount namespaces")
+        yield p
+
+
+def _probe(pool) -> dict:
+    (verdict,), = asyncio.run(pool.run_tests([PROBE + f"# {time.time()}\n"], [TestCase(expected_stdout="")],
+                                             time_limit_s=2.0, output_limit_bytes=4096))
+    assert verdict.status == "wrong_answer", verdict  # it printed its findings
+    return json.loads(verdict.output)
+
+
+@pytest.mark.parametrize("name", sorted({**HOSTILE, **WARM_EXTRA}))
+def test_hostile_program_through_the_warm_judge_leaves_nothing_for_the_next(warm_pool, ctx, name):
+    template, _, _, _, stdin = {**HOSTILE, **WARM_EXTRA}[name]
+    fresh = _probe(warm_pool)
+    server = warm_pool._servers[0]
+    start = time.monotonic()
+    (verdict,), = asyncio.run(warm_pool.run_tests([ctx.fill(template) + f"# {time.time()}\n"],
+                                                  [TestCase(stdin=stdin, expected_stdout="")], time_limit_s=1.0,
+                                                  output_limit_bytes=4096))
+    elapsed = time.monotonic() - start
+    assert verdict.status in ("passed", "wrong_answer", "runtime_error", "timeout", "output_limit"), verdict
+    assert SECRET not in verdict.output and SECRET not in verdict.error
+    assert ctx.protected_token not in verdict.output
+    assert elapsed <= 1.0 + WALL + SLACK, elapsed
+    leftover = {uid: pids_of_uid(uid, include_zombies=True) for uid in warm_pool.uids}
+    assert all(pids == [] for pids in leftover.values()), leftover
+    assert _leftover_files(set(warm_pool.uids), ctx.marker) == []
+    assert sorted(os.listdir(ctx.protected_dir)) == ["keep.txt"]
+    assert sorted(os.listdir(ctx.readable_dir)) == ["keep.txt"]
+    if name == "network_to_outside_listener":
+        assert "CONNECTED" not in verdict.output, verdict
+    if name == "sysv_ipc_leftovers":
+        assert "shm -1" not in verdict.output, verdict  # it did create the objects
+    after = _probe(warm_pool)
+    assert after == fresh, (name, fresh, after)
+    assert warm_pool._servers[0] is server, "a contained program must not cost the slot its server"

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pettingllms.sandbox import SandboxConfig, SandboxPool
+from pettingllms.sandbox import SandboxConfig, SandboxPool, pids_of_uid
 from pettingllms.sandbox.judge import TestCase, TestVerdict, compare_output, digest_of_tests, verdict_cache
 
 needs_linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux")
@@ -21,9 +21,11 @@ CONFIG = dict(cpu_time_s=2, wall_time_s=5, memory_mb=256, file_size_mb=1, scratc
               max_open_files=32, max_output_bytes=1 << 18)
 
 
-@pytest.fixture(scope="module")
-def pool():
-    with SandboxPool(SandboxConfig(**CONFIG), max_workers=2) as p:
+@pytest.fixture(scope="module", params=[True, False], ids=["warm-server", "launch-per-program"])
+def pool(request):
+    # Both ways of judging: the slot's warm server, and one sandbox launch per program (what a pool
+    # without root, dedicated uids or pid + mount namespaces does).
+    with SandboxPool(SandboxConfig(**CONFIG, judge_server=request.param), max_workers=2) as p:
         yield p
 
 
@@ -327,3 +329,39 @@ def test_many_tests_split_over_launches_when_results_could_overflow(pool):
     assert [v.status for v in row] == ["passed"] * 12
     # 256 KiB of result lines per launch hold 6 tests of 30,000 (+2,048 stderr) bytes in base64.
     assert launches(pool) - before == 2
+
+
+# --------------------------------------------------------------------------- the warm server's failures
+
+
+@needs_linux
+def test_a_harness_stopped_by_its_test_or_a_cancelled_batch_costs_only_that_program():
+    with SandboxPool(SandboxConfig(**CONFIG), max_workers=1) as p:
+        if not p.warm_judge:
+            pytest.skip("the warm judge needs root, dedicated uids and pid + mount namespaces")
+        uids = p.uids
+        # A test freezes its harness: the launch's wall clock (5 s + 2 x (0.2 + 0.5) s) ends it, the
+        # slot's server is replaced, and the next program is judged normally.
+        stopper = "import os, signal\nif input() == 'stop':\n    os.kill(os.getppid(), signal.SIGSTOP)\nprint('ok')"
+        tests = [TestCase(stdin="ok", expected_stdout="ok"), TestCase(stdin="stop", expected_stdout="ok")]
+        (row,) = judge(p, [stopper], tests, time_limit_s=0.2, output_limit_bytes=4096)
+        assert [v.status for v in row] == ["passed", "runtime_error"], row
+        assert "harness ended before this test (timeout, limit wall_time)" in row[1].error
+        assert all(pids_of_uid(u, include_zombies=True) == [] for u in uids)
+        (row,) = judge(p, ["print('ok')"], tests, output_limit_bytes=4096)
+        assert [(v.status, v.output) for v in row] == [("passed", "ok\n")] * 2
+
+        # A batch cancelled mid-program: nothing of it survives, and the slot judges again.
+        async def cancelled() -> None:
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(p.run_tests(["import time\ntime.sleep(30)"], [TestCase(expected_stdout="")],
+                                                   time_limit_s=20.0, output_limit_bytes=4096), 0.5)
+
+        asyncio.run(cancelled())
+        assert all(pids_of_uid(u, include_zombies=True) == [] for u in uids)
+        (row,) = judge(p, ["print(input())"], tests, output_limit_bytes=4096)
+        assert [v.status for v in row] == ["passed", "wrong_answer"]
+        assert p._servers  # a warm server is running now ...
+    # ... and closing the pool ends it with everything of its uid.
+    assert all(pids_of_uid(u, include_zombies=True) == [] for u in uids)
+    assert not p._servers
