@@ -42,6 +42,8 @@ import yaml
 
 from comlrl.atomic_io import atomic_write_text
 from comlrl.trainers.core.validation import closest_name
+from pettingllms.config.env_section import ENV_KEYS, STAGE_SET_ENV_FIELDS, env_arguments
+from pettingllms.config.errors import ConfigError
 
 __all__ = [
     "CONFIG_DIR",
@@ -71,19 +73,11 @@ DEFAULTS_FILE = CONFIG_DIR / "defaults.yaml"
 RESOLVED_CONFIG_FILE = "config.yaml"
 LEVELS: tuple[str, ...] = ("L0", "L1", "L2", "L3")
 STAGES: tuple[str, ...] = ("sft", "at_grpo", "grpo", "madpo", "marlhf", "eval")
-#: Keys of the ``env`` section that are not fields of the environment's config class.
-ENV_KEYS: tuple[str, ...] = ("name", "tools", "agent_options")
 # Keys with a non-null default that may also be null (what null means is the key's own documentation).
 NULLABLE_KEYS: frozenset[tuple[str, ...]] = frozenset({("eval", "num_instances")})
-# Environment fields the stages set, never a config file: ``purpose`` (train / eval) follows the stage.
-STAGE_SET_ENV_FIELDS: tuple[str, ...] = ("purpose",)
 BASE_KEY = "base"
 #: File name of an environment's shared settings: a ``base:`` of the shipped configs, not one itself.
 BASE_FILE = "base.yaml"
-
-
-class ConfigError(ValueError):
-    """A config file or override that names an unknown key, has a wrong type or an invalid value."""
 
 
 # ---- YAML ------------------------------------------------------------------------------------------
@@ -432,43 +426,6 @@ def _plain(value: Any) -> Any:
 
 
 # ---- sections -> objects ---------------------------------------------------------------------------
-
-def _has_purpose(env_name: str) -> bool:
-    """Whether environment ``env_name``'s config has the stage-set ``purpose`` field (every
-    :class:`~pettingllms.envs.base.EnvConfig` does; a registered stand-in need not)."""
-    from pettingllms.registry import RegistryError, get_env_class
-
-    try:
-        config_class = get_env_class(env_name).config_class
-    except (RegistryError, AttributeError):
-        return False
-    return dataclasses.is_dataclass(config_class) and "purpose" in {f.name for f in dataclasses.fields(config_class)}
-
-
-def env_arguments(
-    config: Mapping[str, Any], turn_order: Sequence[str] | None = None, purpose: str = "eval"
-) -> tuple[str, dict[str, Any], dict[str, dict[str, Any]]]:
-    """``(env name, env config mapping, agent_options)`` for ``registry.make_env`` / ``make_agents``,
-    building the environment for ``purpose`` (``train`` in training stages, ``eval`` otherwise; see
-    :attr:`~pettingllms.envs.base.EnvConfig.purpose`).
-
-    ``env.tools`` becomes the ``tools`` option of the ``tool`` role when that role is in the turn order
-    (``env.agent_options.tool.tools``, if given, wins). ``turn_order`` plays other roles than
-    ``env.turn_order`` (e.g. the L0 workflow); the options then keep only those roles'.
-    """
-    env = config["env"]
-    fields = {k: v for k, v in env.items() if k not in ENV_KEYS}
-    if _has_purpose(env["name"]):
-        fields["purpose"] = purpose
-    options = {role: dict(opts or {}) for role, opts in (env.get("agent_options") or {}).items()}
-    if turn_order is not None:
-        fields["turn_order"] = list(turn_order)
-        options = {role: opts for role, opts in options.items() if role in fields["turn_order"]}
-    roles = list(fields.get("turn_order") or ())
-    if env.get("tools") is not None and "tool" in roles:
-        options.setdefault("tool", {}).setdefault("tools", list(env["tools"]))
-    return env["name"], fields, options
-
 
 def section_to_dataclass(cls: type, mapping: Mapping[str, Any] | None, section_name: str) -> Any:
     """``cls(**mapping)`` for a config dataclass; unknown or missing fields name ``section.field``.

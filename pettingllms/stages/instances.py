@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pettingllms.config.loader import ConfigError, env_arguments
+from pettingllms.config.env_section import env_arguments
+from pettingllms.config.errors import ConfigError
 
 __all__ = [
     "SEED_KEYS",
