@@ -252,7 +252,7 @@ def _fresh_main(path):
     module.__builtins__ = builtins
     module.__cached__ = None
     sys.modules["__main__"] = module
-    harness_file = __file__
+    harness_file = _fresh_main.__code__.co_filename  # "<string>" when the server runs from `-c`
 
     def excepthook(kind, value, tb):  # hide the harness's frames: the traceback starts in the program
         while tb is not None and tb.tb_frame.f_code.co_filename == harness_file:
@@ -375,13 +375,14 @@ def _write_all(fd, data):
         view = view[os.write(fd, view):]
 
 
-def _load_launcher():
-    import importlib.util
+def _load_launcher(source):
+    """The launcher module from its source (the pool sends it: inside the sandbox the checkout may be
+    out of sight, e.g. under a /tmp that the sandbox replaces), not put in sys.modules: programs never
+    see it by name."""
+    import types
 
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launcher.py")
-    spec = importlib.util.spec_from_file_location("_sandbox_launcher", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # not put in sys.modules: programs never see it by name
+    module = types.ModuleType("_sandbox_launcher")
+    exec(compile(source, "launcher.py", "exec"), module.__dict__)
     return module
 
 
@@ -449,7 +450,7 @@ def _await_program(pid, err_fd):
 
 def _server_main():
     spec = json.loads(_read_line(0))
-    launcher = _load_launcher()
+    launcher = _load_launcher(spec.pop("launcher_source"))
     _warm_imports()
     _write_all(1, b'{"server_ready": true}\n')
     while True:

@@ -50,6 +50,17 @@ STREAM_GRACE_S = 0.2
 _NAMESPACE_STAGES = ("unshare", "mount", "init", "launcher")
 
 
+def _source(path: str) -> str:
+    """The text of one of the sandbox's own scripts (read once)."""
+    if path not in _SOURCES:
+        with open(path, encoding="utf-8") as f:
+            _SOURCES[path] = f.read()
+    return _SOURCES[path]
+
+
+_SOURCES: dict[str, str] = {}
+
+
 @dataclass(frozen=True)
 class _Identity:
     uid: int
@@ -527,10 +538,13 @@ class SandboxPool:
         if not (workdir.startswith("/tmp/")):  # the launcher binds the scratch there: it must exist
             os.makedirs(workdir, mode=0o700, exist_ok=True)
         status_r, status_w = os.pipe()
+        # The server gets its own code and the launcher's as text, not as paths: the sandbox may not see
+        # the checkout (one under /tmp is hidden by the sandbox's fresh /tmp).
         spec = self._spec(workdir, identity, self._namespaces,
-                          [self.python, *self.config.python_args, HARNESS_PATH, "--serve"], status_w)
+                          [self.python, *self.config.python_args, "-c", _source(HARNESS_PATH), "--serve"], status_w)
         spec.update(server=True, code_file=None)
-        return WarmServer(self._launcher_argv(spec), spec, status_r, status_w, self._work_root,
+        server_spec = {**spec, "launcher_source": _source(LAUNCHER_PATH)}
+        return WarmServer(self._launcher_argv(spec), server_spec, status_r, status_w, self._work_root,
                           {"PATH": SANDBOX_PATH}, identity.uid, _read_status)
 
     def _warm_run(self, slot: int, payload: bytes, wall: float) -> ExecutionResult:
