@@ -5,6 +5,7 @@ per-test isolation (hang, flood, crash), fresh state per test, assertion tests, 
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 
@@ -365,3 +366,31 @@ def test_a_harness_stopped_by_its_test_or_a_cancelled_batch_costs_only_that_prog
     # ... and closing the pool ends it with everything of its uid.
     assert all(pids_of_uid(u, include_zombies=True) == [] for u in uids)
     assert not p._servers
+
+
+def test_the_warm_server_starts_from_source_not_from_paths_into_the_checkout(monkeypatch):
+    # Inside the sandbox a checkout under /tmp is out of sight (the sandbox's /tmp is a fresh tmpfs), so
+    # neither the server's command nor what it is sent may name a file of the checkout.
+    import pettingllms.sandbox.pool as pool_module
+    from pettingllms.sandbox.judge import HARNESS_PATH
+
+    seen = {}
+
+    class Recorder:
+        def __init__(self, argv, spec, status_r, status_w, *rest):
+            seen.update(argv=argv, spec=spec)
+            os.close(status_r)
+            os.close(status_w)
+            raise pool_module.SandboxError("recorded")
+
+    monkeypatch.setattr(pool_module, "WarmServer", Recorder)
+    with SandboxPool(SandboxConfig(**CONFIG), max_workers=1) as p:
+        if not p.warm_judge:
+            pytest.skip("the warm judge server needs root and namespaces here")
+        with pytest.raises(Exception, match="recorded"):
+            asyncio.run(p.run_tests(["print(1)"], [TestCase(stdin="", expected_stdout="1")], time_limit_s=2.0))
+    server_argv = seen["spec"]["argv"]
+    assert "-c" in server_argv and server_argv[-1] == "--serve"
+    assert HARNESS_PATH not in server_argv
+    assert seen["spec"]["launcher_source"].startswith('"""')
+    assert server_argv[server_argv.index("-c") + 1] == open(HARNESS_PATH, encoding="utf-8").read()
