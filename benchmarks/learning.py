@@ -127,12 +127,14 @@ KEY_IGNORED = ("run.output_dir", "run.resume", "run.overwrite", "run.progress", 
 
 @dataclass(frozen=True)
 class Method:
-    """One row of the table: the policy level (``plan_path/<level>`` and its workflow) and the RL stage."""
+    """One row of the table: the policy level (``<family>/<level>`` and its workflow), the RL stage, and
+    config overrides of its own (e.g. the single agent's tool)."""
 
     name: str
     label: str
     policy_level: str
     stage: str
+    overrides: tuple[str, ...] = ()
 
 
 METHODS: dict[str, Method] = {
@@ -147,15 +149,105 @@ METHODS: dict[str, Method] = {
 DEFAULT_METHODS = ("grpo_l0", "at_grpo_l1", "at_grpo_l3")
 
 
+@dataclass(frozen=True)
+class StartRow:
+    """A "before RL" row: the warm start's held-out success for one workflow. The first row of a task is the
+    warm-start run's own evaluation; each other one is a ``pipeline=[eval]`` run of ``<family>/<level>`` with
+    ``overrides`` on the warm-start model, in ``warmstart-seed<N><folder_suffix>``."""
+
+    key: str
+    label: str
+    level: str
+    overrides: tuple[str, ...] = ()
+    folder_suffix: str = ""
+
+
+@dataclass(frozen=True)
+class BenchTask:
+    """One task of the benchmark (``--config``): its config family, settings, methods and "before" rows, the
+    method the +10 margin is measured against, and where its cells and table go."""
+
+    name: str
+    family: str
+    settings: tuple[str, ...]
+    methods: Mapping[str, Method]
+    default_methods: tuple[str, ...]
+    starts: tuple[StartRow, ...]
+    baseline: str
+    results: Path
+    description: str = ""
+
+
+PLAN_PATH = BenchTask(
+    name="plan_path", family="plan_path", settings=SETTINGS, methods=METHODS, default_methods=DEFAULT_METHODS,
+    starts=(StartRow("start_multi", "multi-agent workflow before RL (warm start)", "L1"),
+            StartRow("start_single", "single agent before RL (warm start)", "L0", folder_suffix="-single")),
+    baseline="grpo_l0", results=DEFAULT_RESULTS,
+    description="Plan-Path 4x4, 20 % walls, 3 turns, tool agent with simulate",
+)
+
+# math/arith: generated multi-step arithmetic word problems (level 2: three operations on 3-4 digit numbers),
+# both the team's tool agent and the tool-using single agent compute with the calculator.
+MATH_ARITH_SETTINGS: tuple[str, ...] = (
+    "model.name=small",
+    "model.dtype=float32",
+    "env.dataset=arith",
+    "env.arith_level=2",
+    "env.tool=calculator",
+    "env.max_turns=2",  # the tool-using single agent needs two: compute, then answer
+    "policy.lora.r=8",
+    "policy.lora.alpha=16",
+    "rollout.temperature=1.0",
+    "rollout.num_generations=4",
+    "rollout.greedy_branch=true",
+    "rollout.max_completion_length=32",
+    "rollout.transcripts_rate=0.0",
+    "sft.seed_start=0",
+    "sft.epochs=3",
+    "sft.learning_rate=2e-3",
+    "sft.batch_size=8",
+    "sft.max_length=1024",
+    "sft.workflows=[[single], [tool_generator, reasoning_generator]]",
+    "env.single_tool=calculator",  # the single agent's demonstrations compute with the calculator
+    "eval.num_instances=50",
+    "eval.seed_start=1000000",
+    "eval.num_samples=4",
+    "eval.temperature=1.0",
+    "eval.greedy=true",
+    *(item for item in SETTINGS if item.startswith(RL_STAGES)),
+)
+MATH_ARITH = BenchTask(
+    name="math/arith", family="math", settings=MATH_ARITH_SETTINGS,
+    methods={m.name: m for m in (
+        Method("grpo_l0", "single-agent GRPO, no tool (L0)", "L0", "grpo", ("env.single_tool=none",)),
+        Method("grpo_l0_tool", "single-agent GRPO with the calculator (L0)", "L0", "grpo",
+               ("env.single_tool=calculator",)),
+        Method("at_grpo_l1", "AT-GRPO, shared policy (L1)", "L1", "at_grpo"),
+        Method("at_grpo_l3", "AT-GRPO, model per role (L3)", "L3", "at_grpo"),
+    )},
+    default_methods=("grpo_l0", "grpo_l0_tool", "at_grpo_l1", "at_grpo_l3"),
+    starts=(StartRow("start_multi", "team before RL (warm start)", "L1"),
+            StartRow("start_single", "single agent, no tool, before RL (warm start)", "L0",
+                     ("env.single_tool=none",), "-single"),
+            StartRow("start_single_tool", "single agent with the calculator, before RL (warm start)", "L0",
+                     ("env.single_tool=calculator",), "-single-tool")),
+    baseline="grpo_l0_tool", results=ROOT / "benchmarks" / "results" / "learning-math-arith",
+    description="math/arith level 2, 2 turns, calculator tool for the team's tool agent and the single agent",
+)
+TASKS: dict[str, BenchTask] = {t.name: t for t in (PLAN_PATH, MATH_ARITH)}
+
+
 # ================================================================================= configs and keys
 
 
-def run_config(level: str, overrides: Sequence[str], seed: int, output_dir: Path) -> dict[str, Any]:
-    """The resolved pipeline config of ``plan_path/<level>`` with :data:`SETTINGS`, then ``overrides``."""
+def run_config(
+    level: str, overrides: Sequence[str], seed: int, output_dir: Path, bench: BenchTask = PLAN_PATH
+) -> dict[str, Any]:
+    """The resolved pipeline config of ``<family>/<level>`` with the task's settings, then ``overrides``."""
     from pettingllms.config import load_config
 
-    return load_config(f"plan_path/{level}", [
-        *SETTINGS, *overrides, f"run.seed={seed}", f"run.output_dir={output_dir}", "run.progress=false",
+    return load_config(f"{bench.family}/{level}", [
+        *bench.settings, *overrides, f"run.seed={seed}", f"run.output_dir={output_dir}", "run.progress=false",
         "run.overwrite=true",
     ])
 
@@ -180,17 +272,19 @@ def config_key(config: Mapping[str, Any], drop: Sequence[str] = (), replace: Map
     return settings_hash(values)
 
 
-def warm_start_config(seed: int, task: Sequence[str], results: Path) -> dict[str, Any]:
-    """The warm start's run: ``plan_path/L1``, oracle demonstrations of every role, then held-out success."""
-    return run_config("L1", [*task, "pipeline=[sft, eval]"], seed, results / "cache" / f"warmstart-seed{seed}")
+def warm_start_config(seed: int, task: Sequence[str], results: Path, bench: BenchTask = PLAN_PATH) -> dict[str, Any]:
+    """The warm start's run: ``<family>/<first start row's level>``, oracle demonstrations of every role, then
+    held-out success."""
+    return run_config(bench.starts[0].level, [*task, "pipeline=[sft, eval]"], seed,
+                      results / "cache" / f"warmstart-seed{seed}", bench)
 
 
-def warm_start_key(seed: int, task: Sequence[str], results: Path) -> str:
+def warm_start_key(seed: int, task: Sequence[str], results: Path, bench: BenchTask = PLAN_PATH) -> str:
     """Hash of what the warm start and its start numbers depend on (RL sections and the run folder aside)."""
-    return config_key(warm_start_config(seed, task, results), drop=("pipeline", "madpo", "marlhf", *RL_STAGES))
+    return config_key(warm_start_config(seed, task, results, bench), drop=("pipeline", "madpo", "marlhf", *RL_STAGES))
 
 
-def rl_overrides(items: Sequence[str], method: str) -> list[str]:
+def rl_overrides(items: Sequence[str], method: str, bench: BenchTask = PLAN_PATH) -> list[str]:
     """``--rl`` items for ``method``: ``[METHOD.]KEY=VALUE`` where KEY is a key of the method's RL stage
     section (``learning_rate``) or a dotted config key (``rollout.num_generations``); items naming another
     method are left out. Keys and values are the config loader's to check."""
@@ -200,36 +294,36 @@ def rl_overrides(items: Sequence[str], method: str) -> list[str]:
         if not sep or not key:
             raise SystemExit(f"--rl {item!r}: expected [METHOD.]KEY=VALUE")
         head, _, rest = key.partition(".")
-        if head in METHODS:
+        if head in bench.methods:
             if head != method:
                 continue
             key = rest
-        out.append(f"{key if '.' in key else METHODS[method].stage + '.' + key}={value}")
+        out.append(f"{key if '.' in key else bench.methods[method].stage + '.' + key}={value}")
     return out
 
 
 def cell_config(
     method_name: str, seed: int, task: Sequence[str], rl: Sequence[str], results: Path, model_dir: str,
-    budget_minutes: float = 6.0,
+    budget_minutes: float = 6.0, bench: BenchTask = PLAN_PATH,
 ) -> dict[str, Any]:
-    """A cell's run: ``plan_path/<level>`` from the warm start's model, ``pipeline=[<stage>, eval]``, with
+    """A cell's run: ``<family>/<level>`` with the method's overrides from the warm start's model, ``pipeline=[<stage>, eval]``, with
     ``max_steps`` enough to reach the completion budget and a time limit of twice ``budget_minutes``."""
     from pettingllms.stages.at_grpo import at_grpo_config
     from pettingllms.stages.context import run_workflow
 
-    method = METHODS[method_name]
+    method = bench.methods[method_name]
     stage = method.stage
-    overrides = [*task, *rl_overrides(rl, method_name), f"model.name={model_dir}", f"pipeline=[{stage}, eval]",
+    overrides = [*task, *method.overrides, *rl_overrides(rl, method_name, bench), f"model.name={model_dir}", f"pipeline=[{stage}, eval]",
                  f"{stage}.max_minutes={2 * budget_minutes}"]
     output_dir = results / "cache" / f"{method_name}-seed{seed}"
-    config = run_config(method.policy_level, overrides, seed, output_dir)
+    config = run_config(method.policy_level, overrides, seed, output_dir, bench)
     args = at_grpo_config(stage, config, output_dir / stage)
     fewest, _ = completions_per_step_bounds(
         args.sampling_mode, len(run_workflow(config)), args.num_generations, args.problems_per_step,
         config["env"]["max_turns"],
     )
     steps = max_steps_for_budget(config[stage]["max_completions"], fewest)
-    return run_config(method.policy_level, [*overrides, f"{stage}.max_steps={steps}"], seed, output_dir)
+    return run_config(method.policy_level, [*overrides, f"{stage}.max_steps={steps}"], seed, output_dir, bench)
 
 
 def cell_key(config: Mapping[str, Any], method_name: str, warm_key: str) -> str:
@@ -237,12 +331,20 @@ def cell_key(config: Mapping[str, Any], method_name: str, warm_key: str) -> str:
 
 
 @functools.cache
-def role_tools(level: str) -> dict[str, list[str]]:
-    """The tools each role of ``plan_path/<level>`` may call under the benchmark's settings."""
+def role_tools(level: str, task_name: str = "plan_path", overrides: tuple[str, ...] = ()) -> dict[str, list[str]]:
+    """The tools each role of ``<family>/<level>`` may call under task ``task_name``'s settings and ``overrides``:
+    the agent options' ``tools`` (the games), or the math environment's ``tool`` / ``single_tool``."""
     from pettingllms.stages.context import workflow_env
 
-    _, fields, options = workflow_env(run_config(level, (), 0, Path("unused")))
-    return {role: list(options.get(role, {}).get("tools", [])) for role in fields["turn_order"]}
+    _, fields, options = workflow_env(run_config(level, overrides, 0, Path("unused"), TASKS[task_name]))
+    out = {}
+    for role in fields["turn_order"]:
+        tools = list(options.get(role, {}).get("tools", []))
+        own = {"tool_generator": fields.get("tool"), "single": fields.get("single_tool")}.get(role)
+        if not tools and own not in (None, "none"):
+            tools = [own]
+        out[role] = tools
+    return out
 
 
 # ================================================================================= pure helpers
@@ -298,30 +400,32 @@ def tools_text(tools: Mapping[str, Sequence[str]]) -> str:
 
 def build_table(
     seeds: Sequence[int], warm: Mapping[int, Mapping[str, Any]], cells: Mapping[tuple[str, int], Mapping[str, Any]],
-    methods: Sequence[str],
+    methods: Sequence[str], bench: BenchTask = PLAN_PATH,
 ) -> tuple[list[dict[str, Any]], str]:
-    """Rows (dicts) and the markdown table: the two starts, then each RL method over ``seeds``."""
+    """Rows (dicts) and the markdown table: the task's "before RL" rows, then each RL method over ``seeds``."""
     rows: list[dict[str, Any]] = []
 
-    def start_row(label: str, key: str, level: str) -> dict[str, Any]:
-        values = {s: warm[s][key] for s in seeds if s in warm}
+    def start_row(label: str, key: str, level: str, overrides: tuple[str, ...]) -> dict[str, Any]:
+        values = {s: warm[s][key] for s in seeds if s in warm and key in warm[s]}
         greedy = [warm[s][key + "_greedy"] for s in seeds if s in warm and key + "_greedy" in warm[s]]
         return {
-            "row": label, "tools": tools_text(role_tools(level)), "per_seed": values, "mean": mean(list(values.values())),
+            "row": label, "start": key, "tools": tools_text(role_tools(level, bench.name, overrides)), "per_seed": values,
+            "mean": mean(list(values.values())),
             "greedy_mean": mean(greedy),
             "start_mean": None, "gain": None, "completions": 0, "minutes": None,
         }
 
-    rows.append(start_row("multi-agent workflow before RL (warm start)", "start_multi", "L1"))
-    rows.append(start_row("single agent before RL (warm start)", "start_single", "L0"))
+    for start in bench.starts:
+        rows.append(start_row(start.label, start.key, start.level, start.overrides))
     for name in methods:
-        method = METHODS[name]
+        method = bench.methods[name]
         done = {s: cells[(name, s)] for s in seeds if (name, s) in cells}
         values = {s: c["success_after"] for s, c in done.items()}
         starts = [c["success_before"] for c in done.values()]
         after, start = mean(list(values.values())), mean(starts)
         rows.append({
-            "row": method.label, "method": name, "tools": tools_text(role_tools(method.policy_level)),
+            "row": method.label, "method": name,
+            "tools": tools_text(role_tools(method.policy_level, bench.name, method.overrides)),
             "per_seed": values,
             "mean": after, "start_mean": start,
             "greedy_mean": mean([c["greedy_after"] for c in done.values() if "greedy_after" in c]),
@@ -342,22 +446,22 @@ def build_table(
     return rows, "\n".join(lines)
 
 
-def target_checks(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The issue's targets per AT-GRPO row: gain over the multi-agent start >= 30 points, and success
-    minus single-agent GRPO's >= 10 points (None where a number is missing)."""
+def target_checks(rows: Sequence[Mapping[str, Any]], bench: BenchTask = PLAN_PATH) -> dict[str, Any]:
+    """The targets per AT-GRPO row: gain over the multi-agent start >= 30 points, and success minus the
+    task's baseline single-agent GRPO's (``bench.baseline``) >= 10 points (None where a number is missing)."""
     by_method = {r.get("method"): r for r in rows if r.get("method")}
     multi_start = rows[0]["mean"]
-    grpo = by_method.get("grpo_l0", {}).get("mean")
+    grpo = by_method.get(bench.baseline, {}).get("mean")
     out: dict[str, Any] = {}
     for name, row in by_method.items():
-        if name == "grpo_l0" or row["mean"] is None:
+        if bench.methods[name].stage != "at_grpo" or row["mean"] is None:
             continue
         gain = None if multi_start is None else row["mean"] - multi_start
         margin = None if grpo is None else row["mean"] - grpo
         out[name] = {
             "gain_over_multi_start": gain, "gain_target": TARGET_GAIN,
             "gain_met": None if gain is None else gain >= TARGET_GAIN - 1e-9,
-            "margin_over_grpo_l0": margin, "margin_target": TARGET_MARGIN,
+            "baseline": bench.baseline, "margin_over_grpo_l0": margin, "margin_target": TARGET_MARGIN,
             "margin_met": None if margin is None else margin >= TARGET_MARGIN - 1e-9,
         }
     return out
@@ -404,30 +508,32 @@ def rl_history(metrics_file: Path) -> tuple[list[dict[str, Any]], list[dict[str,
     return history, points
 
 
-def job_warm_start(seed: int, task: Sequence[str], results: Path) -> dict[str, Any]:
+def job_warm_start(seed: int, task: Sequence[str], results: Path, bench: BenchTask = PLAN_PATH) -> dict[str, Any]:
     """The seed's warm start (oracle demonstrations of every role, one shared model) and its start success
-    for the multi-agent workflow and the single agent; cached by settings."""
+    for each of the task's "before RL" rows; cached by settings."""
     from comlrl.atomic_io import atomic_write_json
     from pettingllms.pipeline import POLICIES_DIR
 
     t0 = time.perf_counter()
-    config = warm_start_config(seed, task, results)
+    config = warm_start_config(seed, task, results, bench)
     multi = run_pipeline(config)
     model_dir = Path(config["run"]["output_dir"]) / POLICIES_DIR / "shared"
-    single_dir = results / "cache" / f"warmstart-seed{seed}-single"
-    single = run_pipeline(run_config("L0", [*task, "pipeline=[eval]", f"model.name={model_dir}"], seed, single_dir))
+    evals = {bench.starts[0].key: multi["eval"]}
+    for start in bench.starts[1:]:
+        folder = results / "cache" / f"warmstart-seed{seed}{start.folder_suffix}"
+        run = run_config(start.level, [*task, *start.overrides, "pipeline=[eval]", f"model.name={model_dir}"], seed,
+                         folder, bench)
+        evals[start.key] = run_pipeline(run)["eval"]
     sft = multi["sft"]["metrics"]
     record = {
-        "seed": seed, "settings_key": warm_start_key(seed, task, results), "config": config,
+        "seed": seed, "settings_key": warm_start_key(seed, task, results, bench), "config": config,
         "model_dir": str(model_dir),
         "demonstrations": {k.split("/")[1]: int(v) for k, v in sft.items() if k.endswith("/examples")},
         "sft_loss_first": sft.get("sft/loss_first"), "sft_loss_last": sft.get("sft/loss_last"),
-        "start_multi": multi["eval"]["metrics"]["success_rate"],
-        "start_multi_greedy": multi["eval"]["metrics"].get("greedy_success_rate"),
-        "start_single": single["eval"]["metrics"]["success_rate"],
-        "start_single_greedy": single["eval"]["metrics"].get("greedy_success_rate"),
+        **{key: run["metrics"]["success_rate"] for key, run in evals.items()},
+        **{f"{key}_greedy": run["metrics"].get("greedy_success_rate") for key, run in evals.items()},
         "eval_instances": config["eval"]["num_instances"],
-        "seconds": {"sft": multi["sft"]["seconds"], "eval": multi["eval"]["seconds"] + single["eval"]["seconds"],
+        "seconds": {"sft": multi["sft"]["seconds"], "eval": sum(run["seconds"] for run in evals.values()),
                     "total": time.perf_counter() - t0},
     }
     atomic_write_json(results / f"warmstart-seed{seed}.json", record)
@@ -435,18 +541,19 @@ def job_warm_start(seed: int, task: Sequence[str], results: Path) -> dict[str, A
 
 
 def job_cell(
-    method_name: str, seed: int, task: Sequence[str], rl: Sequence[str], results: Path, budget_minutes: float
+    method_name: str, seed: int, task: Sequence[str], rl: Sequence[str], results: Path, budget_minutes: float,
+    bench: BenchTask = PLAN_PATH,
 ) -> dict[str, Any]:
     """One RL cell from the seed's warm start: train until the completion budget, then evaluate."""
     from comlrl.atomic_io import atomic_write_json
     from pettingllms.stages.at_grpo import at_grpo_config
     from pettingllms.stages.context import run_workflow
 
-    method = METHODS[method_name]
+    method = bench.methods[method_name]
     warm = json.loads((results / f"warmstart-seed{seed}.json").read_text())
-    if warm["settings_key"] != warm_start_key(seed, task, results):
+    if warm["settings_key"] != warm_start_key(seed, task, results, bench):
         raise RuntimeError(f"warm start of seed {seed} is stale; rerun the warm-start job first")
-    config = cell_config(method_name, seed, task, rl, results, warm["model_dir"], budget_minutes)
+    config = cell_config(method_name, seed, task, rl, results, warm["model_dir"], budget_minutes, bench)
     stage, run_dir = method.stage, Path(config["run"]["output_dir"])
     t0 = time.perf_counter()
     stages = run_pipeline(config)
@@ -467,9 +574,10 @@ def job_cell(
     evaluation = config["eval"]
     result = {
         "method": method_name, "label": method.label, "seed": seed, "policy_level": method.policy_level,
-        "sampling_mode": args.sampling_mode, "roles": roles, "tools": role_tools(method.policy_level),
+        "sampling_mode": args.sampling_mode, "roles": roles,
+        "tools": role_tools(method.policy_level, bench.name, method.overrides),
         "settings_key": cell_key(config, method_name, warm["settings_key"]), "config": config,
-        "warm_start": {k: warm[k] for k in ("start_multi", "start_single", "model_dir")},
+        "warm_start": {k: warm[k] for k in (*(s.key for s in bench.starts), "model_dir")},
         "success_before": before["success_rate"], "success_after": after["success_rate"],
         "gain": after["success_rate"] - before["success_rate"],
         "greedy_before": before.get("greedy_success_rate"), "greedy_after": after.get("greedy_success_rate"),
@@ -646,25 +754,26 @@ def _finished(path: Path, key: str) -> dict[str, Any] | None:
     return None
 
 
-def summarize(args, task: Sequence[str], results: Path) -> dict[str, Any]:
+def summarize(args, task: Sequence[str], results: Path, bench: BenchTask = PLAN_PATH) -> dict[str, Any]:
     warm, cells = {}, {}
     for seed in args.seeds:
-        warm_key = warm_start_key(seed, task, results)
+        warm_key = warm_start_key(seed, task, results, bench)
         record = _finished(results / f"warmstart-seed{seed}.json", warm_key)
         if record is not None:
             warm[seed] = record
         for name in args.methods:
-            config = cell_config(name, seed, task, args.rl, results, "unused", args.budget_minutes)
+            config = cell_config(name, seed, task, args.rl, results, "unused", args.budget_minutes, bench)
             record = _finished(results / f"{name}-seed{seed}.json", cell_key(config, name, warm_key))
             if record is not None:
                 cells[(name, seed)] = record
-    rows, table = build_table(args.seeds, warm, cells, args.methods)
-    targets = target_checks(rows)
+    rows, table = build_table(args.seeds, warm, cells, args.methods, bench)
+    targets = target_checks(rows, bench)
     plot = write_plot(cells, results / "learning_curves.png") if cells else None
     smollm_path = results / "smollm2-l1.json"
     smollm = json.loads(smollm_path.read_text()) if smollm_path.exists() else None
     return {
-        "benchmark": "learning", "settings": list(SETTINGS), "task": list(task), "rl": list(args.rl),
+        "benchmark": "learning", "config": bench.name, "description": bench.description,
+        "settings": list(bench.settings), "task": list(task), "rl": list(args.rl),
         "seeds": list(args.seeds), "methods": list(args.methods), "rows": rows, "table": table,
         "targets": targets, "warm_starts": {str(s): {k: v for k, v in w.items() if k != "config"} for s, w in warm.items()},
         "cells": {f"{n}-seed{s}": {k: v for k, v in c.items() if k not in ("history", "config")}
@@ -674,13 +783,30 @@ def summarize(args, task: Sequence[str], results: Path) -> dict[str, Any]:
     }
 
 
+def merged_summary(existing: Mapping[str, Any] | None, name: str, summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The summary file's content with task ``name``'s table set to ``summary``, the other tasks' kept (a file
+    of the one-table layout, written before tasks existed, holds the Plan-Path table)."""
+    tasks: dict[str, Any] = {}
+    if existing:
+        if "tasks" in existing:
+            tasks.update(existing["tasks"])
+        elif existing.get("benchmark") == "learning":
+            tasks[PLAN_PATH.name] = dict(existing)
+    tasks[name] = dict(summary)
+    return {"benchmark": "learning", "tasks": tasks}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from pettingllms.config import ConfigError
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default=PLAN_PATH.name, choices=list(TASKS),
+                        help="the task: plan_path (the Plan-Path table) or math/arith")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), choices=list(METHODS))
+    parser.add_argument("--methods", nargs="+", default=None,
+                        choices=sorted({m for t in TASKS.values() for m in t.methods}),
+                        help="rows to run (default: the task's)")
     parser.add_argument("--cells-parallel", type=int, default=1, help="jobs run at once (2 cores: 1 or 2)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads per job (default 2 // parallel)")
     parser.add_argument("--budget-minutes", type=float, default=6.0,
@@ -691,7 +817,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "learning_rate=2e-4, or a dotted config key, e.g. rollout.num_generations=8")
     parser.add_argument("--task", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="config override of every run (warm start and cells), e.g. env.rows=5, sft.epochs=2")
-    parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="folder of the per-cell JSON files")
+    parser.add_argument("--results", type=Path, default=None,
+                        help="folder of the per-cell JSON files (default: the task's, under benchmarks/results/)")
     parser.add_argument("--summary", type=Path, default=None, help="summary JSON (default benchmarks/results/learning.json)")
     parser.add_argument("--smollm", action="store_true", help="also run the tiny smollm2-135m-instruct run")
     parser.add_argument("--smollm-eval-instances", type=int, default=10)
@@ -701,42 +828,50 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--method", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    bench = TASKS[args.config]
+    if args.methods is None:
+        args.methods = list(bench.default_methods)
+    unknown = [m for m in args.methods if m not in bench.methods]
+    if unknown:
+        parser.error(f"--methods {unknown}: not rows of {bench.name} (its rows: {list(bench.methods)})")
+    if args.smollm and bench is not PLAN_PATH:
+        parser.error("--smollm runs on plan_path only")
     if args.threads is None:
         args.threads = max(1, 2 // max(1, args.cells_parallel))
     task = [*args.task, *([f"eval.num_instances={args.eval_instances}"] if args.eval_instances is not None else [])]
-    results = args.results.resolve()
+    results = (args.results or bench.results).resolve()
     results.mkdir(parents=True, exist_ok=True)
     try:  # every config once, so that a bad override fails before any job starts
         from pettingllms.pipeline import check_pipeline
 
-        check_pipeline(warm_start_config(0, task, results))
+        check_pipeline(warm_start_config(0, task, results, bench))
         for name in {*args.methods, *([args.method] if args.method else [])}:
-            check_pipeline(cell_config(name, 0, task, args.rl, results, "small", args.budget_minutes))
+            check_pipeline(cell_config(name, 0, task, args.rl, results, "small", args.budget_minutes, bench))
     except ConfigError as error:
         raise SystemExit(f"learning: {error}") from None
 
     if args.job:
         _set_threads(args.threads)
         if args.job == "warm_start":
-            out = job_warm_start(args.seed, task, results)
+            out = job_warm_start(args.seed, task, results, bench)
         elif args.job == "cell":
-            out = job_cell(args.method, args.seed, task, args.rl, results, args.budget_minutes)
+            out = job_cell(args.method, args.seed, task, args.rl, results, args.budget_minutes, bench)
         else:
             out = job_smollm(task, results, args.smollm_eval_instances)
         print(json.dumps({k: v for k, v in out.items() if k not in ("history", "config")}))
         return 0
 
-    common = ["--results", str(results), "--budget-minutes", str(args.budget_minutes)]
+    common = ["--config", bench.name, "--results", str(results), "--budget-minutes", str(args.budget_minutes)]
     common += [x for item in args.rl for x in ("--rl", item)] + [x for item in args.task for x in ("--task", item)]
     if args.eval_instances is not None:
         common += ["--eval-instances", str(args.eval_instances)]
     jobs: list[Job] = []
     for seed in args.seeds:  # seed-major order: one seed's row of the table lands before the next starts
-        warm_key = warm_start_key(seed, task, results)
+        warm_key = warm_start_key(seed, task, results, bench)
         jobs.append(Job(f"warmstart-seed{seed}", ["--job", "warm_start", "--seed", str(seed), *common],
                         results / f"warmstart-seed{seed}.json", warm_key))
         for name in args.methods:
-            config = cell_config(name, seed, task, args.rl, results, "unused", args.budget_minutes)
+            config = cell_config(name, seed, task, args.rl, results, "unused", args.budget_minutes, bench)
             jobs.append(Job(
                 f"{name}-seed{seed}",
                 ["--job", "cell", "--method", name, "--seed", str(seed), "--methods", name, *common],
@@ -749,16 +884,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.no_run:
         run_jobs(jobs, args.cells_parallel, args.threads, results / "cache" / "logs")
 
-    summary = summarize(args, task, results)
+    summary = summarize(args, task, results, bench)
     from comlrl.atomic_io import atomic_write_json
 
-    summary_path = args.summary or (SUMMARY_PATH if results == DEFAULT_RESULTS.resolve() else results / "learning.json")
-    atomic_write_json(summary_path, summary)
+    summary_path = args.summary or (SUMMARY_PATH if results == bench.results.resolve() else results / "learning.json")
+    existing = json.loads(summary_path.read_text()) if summary_path.exists() else None
+    atomic_write_json(summary_path, merged_summary(existing, bench.name, summary))
     print()
     print(summary["table"])
     for name, check in summary["targets"].items():
         print(f"{name}: gain over multi-agent start {_points(check['gain_over_multi_start'])} points "
-              f"(target +{100 * TARGET_GAIN:.0f}), margin over single-agent GRPO "
+              f"(target +{100 * TARGET_GAIN:.0f}), margin over {check['baseline']} "
               f"{_points(check['margin_over_grpo_l0'])} points (target +{100 * TARGET_MARGIN:.0f})")
     if summary["smollm2"]:
         s = summary["smollm2"]

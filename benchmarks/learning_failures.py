@@ -120,10 +120,97 @@ def success_by_distance(per_episode: Mapping[int, Sequence[bool]], distance: Map
     return {d: {"episodes": len(v), "success": sum(v) / len(v)} for d, v in sorted(table.items())}
 
 
+_TOOL_GAVE = re.compile(r" ran (?:its program|the calculator): gave (.*) \((correct|wrong)\)$")
+_TOOL_FAILED = re.compile(r" ran (?:its program|the calculator): failed")
+_ANSWERED = re.compile(r" answered (.*) \((correct|wrong)\)$")
+
+
+def math_episode_breakdown(samples: Iterable[Any]) -> dict[str, Any]:
+    """Split math evaluation episodes by what the tool and the answers did (the team, or a single agent with
+    its tool): per tool response, correct / wrong / failed / unparseable; per final answer, whether it copies
+    the latest tool answer, overrides a wrong (or missing) tool answer with a correct one, or drops a correct
+    tool answer for a wrong one; per episode, success and the turn it was solved at.
+
+    ``samples``: the evaluation's samples (``problem_id``, ``env_index``, ``turn``, ``role``, ``action``,
+    ``feedback``, ``success``); the outcomes are read from the agents' reports (``feedback``)."""
+    episodes: dict[tuple[int, int], list[Any]] = defaultdict(list)
+    for sample in samples:
+        episodes[(sample.problem_id, sample.env_index)].append(sample)
+    if not episodes:
+        raise ValueError("`samples` is empty: nothing to break down")
+    tools = defaultdict(int)
+    answers = defaultdict(int)
+    counts = defaultdict(int)
+    solved_at: dict[int, int] = defaultdict(int)
+    for steps in episodes.values():
+        steps.sort(key=lambda s: (s.turn, s.role != "tool_generator"))
+        latest: tuple[str, bool] | None = None  # the latest tool answer and whether it verified
+        tool_right = False
+        for sample in steps:
+            report = (sample.feedback or "").strip().splitlines()[-1:] or [""]
+            gave, failed, answered = _TOOL_GAVE.search(report[0]), _TOOL_FAILED.search(report[0]), _ANSWERED.search(report[0])
+            if sample.action is None and sample.role == "tool_generator":
+                tools["unparseable"] += 1
+            elif gave:
+                latest = (gave.group(1), gave.group(2) == "correct")
+                tools["correct" if latest[1] else "wrong"] += 1
+                tool_right = tool_right or latest[1]
+            elif failed:
+                tools["failed"] += 1
+                latest = None
+            if sample.action is None and sample.role != "tool_generator":
+                answers["unparseable"] += 1
+            elif answered:
+                correct = answered.group(2) == "correct"
+                answers["total"] += 1
+                answers["correct"] += correct
+                if latest is None:
+                    answers["without_tool_answer"] += 1
+                    answers["correct_without_tool_answer"] += correct
+                elif answered.group(1).strip() == latest[0].strip() or correct == latest[1] and _agree(answered.group(1), latest[0]):
+                    answers["copies_tool"] += 1
+                elif correct and not latest[1]:
+                    answers["overrides_wrong_tool"] += 1
+                elif latest[1] and not correct:
+                    answers["drops_right_tool"] += 1
+                else:
+                    answers["differs_both_wrong"] += 1
+                if correct and latest is not None and not latest[1]:
+                    counts["overrides_in_episodes"] += 1
+        success = any(s.success for s in steps)
+        counts["success"] += success
+        counts["tool_right"] += tool_right
+        if success:
+            solved_at[min(s.turn for s in steps if s.success)] += 1
+    n = len(episodes)
+    tool_total = sum(tools.values())
+    total = answers["total"]
+    return {
+        "episodes": n,
+        "success": counts["success"] / n,
+        "solved_at_turn": {t: solved_at[t] / n for t in sorted(solved_at)},
+        "tool_right_in_episode": counts["tool_right"] / n,
+        "tool_responses": tool_total,
+        **{f"tool_{k}": tools[k] / tool_total if tool_total else 0.0 for k in ("correct", "wrong", "failed", "unparseable")},
+        "answers": total,
+        "answer_correct": answers["correct"] / total if total else 0.0,
+        "answer_unparseable": answers["unparseable"],
+        **{k: answers[k] / total if total else 0.0 for k in (
+            "copies_tool", "overrides_wrong_tool", "drops_right_tool", "differs_both_wrong", "without_tool_answer")},
+        "correct_without_tool_answer": answers["correct_without_tool_answer"],
+    }
+
+
+def _agree(a: str, b: str) -> bool:
+    from pettingllms.envs.math.verify import answers_agree
+
+    return answers_agree(a, b)
+
+
 # ================================================================================= running a policy
 
 
-def _load(name: str, results: Path, task: Sequence[str]) -> tuple[Any, dict[str, Any]]:
+def _load(name: str, results: Path, task: Sequence[str], bench: Any = learning.PLAN_PATH) -> tuple[Any, dict[str, Any]]:
     """``(policy, config)``: ``warmstart-seedN`` (the multi-agent workflow, L1) or a cell's final policy,
     with the config it ran under (sampled evaluation only)."""
     from pettingllms.pipeline import POLICIES_DIR
@@ -131,33 +218,40 @@ def _load(name: str, results: Path, task: Sequence[str]) -> tuple[Any, dict[str,
 
     if name.startswith("warmstart-seed"):
         seed = int(name.removeprefix("warmstart-seed"))
-        config = learning.warm_start_config(seed, task, results)
+        config = learning.warm_start_config(seed, task, results, bench)
     else:
         method_name, _, seed_text = name.rpartition("-seed")
-        if method_name not in learning.METHODS:
-            raise SystemExit(f"{name}: not a warm start or a cell; methods: {list(learning.METHODS)}")
+        if method_name not in bench.methods:
+            raise SystemExit(f"{name}: not a warm start or a cell; methods: {list(bench.methods)}")
         seed = int(seed_text)
         warm = json.loads((results / f"warmstart-seed{seed}.json").read_text())
-        config = learning.cell_config(method_name, seed, task, [], results, warm["model_dir"])
+        config = learning.cell_config(method_name, seed, task, [], results, warm["model_dir"], bench=bench)
     folder = Path(config["run"]["output_dir"]) / POLICIES_DIR
     if not folder.exists():
         raise SystemExit(f"{name}: no saved policy at {folder} (rerun it with this code)")
     config["eval"]["greedy"] = False
     policy = build_run_policy(config)
-    if list(policy.agents) != ["tool", "plan"]:
+    if bench is learning.PLAN_PATH and list(policy.agents) != ["tool", "plan"]:
         raise SystemExit(f"{name}: the breakdown covers the tool -> plan workflow, not {policy.agents}")
     policy.load_weights_(folder)
     return policy, config
 
 
-def analyse(name: str, results: Path, task: Sequence[str], threads: int) -> dict[str, Any]:
+def analyse(name: str, results: Path, task: Sequence[str], threads: int, bench: Any = learning.PLAN_PATH) -> dict[str, Any]:
     from pettingllms.registry import make_env
     from pettingllms.stages.context import workflow_env
     from pettingllms.stages.eval import held_out_evaluations
 
     learning._set_threads(threads)
-    policy, config = _load(name, results, task)
+    policy, config = _load(name, results, task, bench)
     result = held_out_evaluations(policy, config)["sampled"]
+    if bench is not learning.PLAN_PATH:
+        breakdown = math_episode_breakdown(result.samples)
+        breakdown["roles"] = list(policy.agents)
+        if abs(breakdown["success"] - result.success_rate) > 1e-9:
+            raise RuntimeError(f"{name}: episodes from samples give success {breakdown['success']}, "
+                               f"the evaluation {result.success_rate}")
+        return breakdown
     env_name, fields, _ = workflow_env(config)
     env = make_env(env_name, fields)
     start = config["eval"]["seed_start"]
@@ -208,21 +302,47 @@ def build_table(found: Mapping[str, Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def build_math_table(found: Mapping[str, Mapping[str, Any]]) -> str:
+    """The math breakdown per policy, one markdown row each."""
+    lines = [
+        "| policy | success | tool right in episode | tool responses: correct / wrong / failed / unparseable "
+        "| answers correct | copies the tool | overrides a wrong tool answer | drops a right tool answer "
+        "| answers with no tool answer |",
+        "|" + "---|" * 9,
+    ]
+    for name, b in found.items():
+        tools = " / ".join(f"{100 * b['tool_' + k]:.0f}%" for k in ("correct", "wrong", "failed", "unparseable"))
+        lines.append(
+            f"| {name} | {100 * b['success']:.1f}% | {100 * b['tool_right_in_episode']:.1f}% | {tools} "
+            f"({b['tool_responses']}) | {100 * b['answer_correct']:.1f}% ({b['answers']}) | "
+            f"{100 * b['copies_tool']:.1f}% | {100 * b['overrides_wrong_tool']:.1f}% | "
+            f"{100 * b['drops_right_tool']:.1f}% | {100 * b['without_tool_answer']:.1f}% |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="+", help="warmstart-seedN or a finished cell, e.g. at_grpo_l1-seed0")
-    parser.add_argument("--results", type=Path, default=learning.DEFAULT_RESULTS)
+    parser.add_argument("--config", default=learning.PLAN_PATH.name, choices=list(learning.TASKS),
+                        help="the learning benchmark's task the policies come from")
+    parser.add_argument("--results", type=Path, default=None, help="the task's results folder (default: its own)")
     parser.add_argument("--task", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="the --task overrides the runs were made with")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--output", type=Path, default=learning.ROOT / "benchmarks" / "results" / "learning_failures.json")
+    parser.add_argument("--output", type=Path, default=None,
+                        help="default benchmarks/results/learning_failures.json (math/arith: learning_failures_math_arith.json)")
     parser.add_argument("--merge", action="store_true",
                         help="keep the policies already in --output (same settings); new ones replace them")
     args = parser.parse_args(argv)
     from comlrl.atomic_io import atomic_write_json
 
-    results = args.results.resolve()
-    settings = {"settings": list(learning.SETTINGS), "task": list(args.task)}
+    bench = learning.TASKS[args.config]
+    results = (args.results or bench.results).resolve()
+    if args.output is None:
+        suffix = "" if bench is learning.PLAN_PATH else "_" + bench.name.replace("/", "_")
+        args.output = learning.ROOT / "benchmarks" / "results" / f"learning_failures{suffix}.json"
+    settings = {"settings": list(bench.settings), "task": list(args.task)}
     found: dict[str, Any] = {}
     if args.merge and args.output.exists():
         earlier = json.loads(args.output.read_text())
@@ -230,8 +350,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise SystemExit(f"--merge: {args.output} was made with other settings")
         found.update(earlier["policies"])
     for name in args.names:
-        found[name] = analyse(name, results, args.task, args.threads)
-    table = build_table(found)
+        found[name] = analyse(name, results, args.task, args.threads, bench)
+    table = build_table(found) if bench is learning.PLAN_PATH else build_math_table(found)
     print(table)
     atomic_write_json(args.output, {**settings, "policies": found, "table": table})
     print(f"\nwrote {args.output}")

@@ -6,7 +6,7 @@
     pettingllms eval [CONFIG] (--checkpoint DIR | --policy NAME) [section.key=value ...] [--output FILE]
     pettingllms configs
     pettingllms envs
-    pettingllms dataprocess {sudoku-bank,demos,code} ...
+    pettingllms dataprocess {sudoku-bank,demos,code,math} ...
 
 CONFIG is a YAML file or a shipped config named ``<env>/<name>`` (``plan_path/L1``, ``plan_path/quickstart``;
 ``pettingllms configs`` lists them). Also reachable as ``python -m pettingllms ...``. Bad input (a config,
@@ -85,7 +85,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     for name, module, text in (
         ("train", train, "run a config's pipeline (sft, at_grpo, grpo, madpo, marlhf, eval)"),
         ("eval", evaluate, "held-out success of saved policies or a scripted policy (oracle, random)"),
-        ("dataprocess", dataprocess, "pre-generate puzzle banks, demonstration sets and normalised code benchmarks"),
+        ("dataprocess", dataprocess, "pre-generate puzzle banks, demonstration sets and normalised code and math benchmarks"),
     ):
         command = sub.add_parser(
             name, help=text, description=help_text(module.__doc__ or text),

@@ -302,4 +302,9 @@ for _role, _class in (("code_generator", "CodeGenerationAgent"), ("test_generato
                       ("single", "CodeSingleAgent")):
     register_agent(f"code.{_role}", f"pettingllms.envs.code.agents:{_class}")
 del _role, _class
+register_env("math", "pettingllms.envs.math.env:MathEnv")
+for _role, _class in (("tool_generator", "ToolGenerationAgent"), ("reasoning_generator", "ReasoningAgent"),
+                      ("single", "MathSingleAgent")):
+    register_agent(f"math.{_role}", f"pettingllms.envs.math.agents:{_class}")
+del _role, _class
 register_worker("sandbox", "pettingllms.sandbox.pool:SandboxPool")

@@ -65,3 +65,33 @@ def code_data_root(tmp_path_factory) -> str:
         for split, part in (("train", problems[:8]), ("test", problems[8:])):
             write_jsonl(folder / f"{split}.jsonl", [dataclasses.replace(p, split=split) for p in part])
     return str(root)
+
+
+@pytest.fixture(scope="session")
+def math_data_root(tmp_path_factory) -> str:
+    """A ``$PETTINGLLMS_DATA`` root holding the normalised ``test`` split of every math dataset with a fixture
+    under ``tests/fixtures/math`` (GSM8K: its ``train`` split too), read through the loaders as
+    ``pettingllms dataprocess math`` would."""
+    import dataclasses
+    from pathlib import Path
+
+    from pettingllms.envs.math.data import load_problems, write_jsonl
+
+    fixtures = Path(__file__).parent / "fixtures" / "math"
+    root = tmp_path_factory.mktemp("pettingllms-math-data")
+    sources = {
+        "gsm8k": ["main/test-00000-of-00001.jsonl", "main/train-00000-of-00001.jsonl"],
+        "math": ["test-00000-of-00001.jsonl"], "math500": ["test.jsonl"], "aime24": ["aime_2024_problems.jsonl"],
+        "aime25": ["aime2025-I.jsonl", "aime2025-II.jsonl"], "aime_past": ["AIME_Dataset_1983_2024.csv"],
+        "olympiadbench": ["OE_TO_maths_en_COMP/train-00000-of-00001.jsonl"], "polaris": ["polaris-data-53K.jsonl"],
+        "dapo": ["dapo-math-17k.jsonl"],
+    }
+    for dataset, files in sources.items():
+        splits: dict[str, list] = {}
+        for name in files:
+            split = "train" if name.startswith("main/train") else "test"
+            problems = load_problems(dataset, fixtures / dataset / name, split)
+            splits.setdefault(split, []).extend(dataclasses.replace(p, split=split) for p in problems)
+        for split, problems in splits.items():
+            write_jsonl(root / "math" / dataset / f"{split}.jsonl", problems)
+    return str(root)

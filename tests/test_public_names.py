@@ -29,6 +29,16 @@ MODULES = (
     "pettingllms.envs.code",
     "pettingllms.envs.code.parsing",
     "pettingllms.envs.code.rewards",
+    "pettingllms.envs.math",
+    "pettingllms.envs.math.agents",
+    "pettingllms.envs.math.answers",
+    "pettingllms.envs.math.arith",
+    "pettingllms.envs.math.calculator",
+    "pettingllms.envs.math.data",
+    "pettingllms.envs.math.env",
+    "pettingllms.envs.math.rewards",
+    "pettingllms.envs.math.scripted",
+    "pettingllms.envs.math.verify",
     "pettingllms.scripts.dataprocess",
 )
 

