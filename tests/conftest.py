@@ -68,17 +68,17 @@ def code_data_root(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
-def math_data_root(tmp_path_factory) -> str:
-    """A ``$PETTINGLLMS_DATA`` root holding the normalised ``test`` split of every math dataset with a fixture
-    under ``tests/fixtures/math`` (GSM8K: its ``train`` split too), read through the loaders as
-    ``pettingllms dataprocess math`` would."""
+def math_data_root(code_data_root) -> str:
+    """The ``$PETTINGLLMS_DATA`` root of :func:`code_data_root`, holding also the normalised ``test`` split of
+    every math dataset with a fixture under ``tests/fixtures/math`` (GSM8K: its ``train`` split too), read
+    through the loaders as ``pettingllms dataprocess math`` would."""
     import dataclasses
     from pathlib import Path
 
     from pettingllms.envs.math.data import load_problems, write_jsonl
 
     fixtures = Path(__file__).parent / "fixtures" / "math"
-    root = tmp_path_factory.mktemp("pettingllms-math-data")
+    root = Path(code_data_root)
     sources = {
         "gsm8k": ["main/test-00000-of-00001.jsonl", "main/train-00000-of-00001.jsonl"],
         "math": ["test-00000-of-00001.jsonl"], "math500": ["test.jsonl"], "aime24": ["aime_2024_problems.jsonl"],
@@ -94,4 +94,4 @@ def math_data_root(tmp_path_factory) -> str:
             splits.setdefault(split, []).extend(dataclasses.replace(p, split=split) for p in problems)
         for split, problems in splits.items():
             write_jsonl(root / "math" / dataset / f"{split}.jsonl", problems)
-    return str(root)
+    return code_data_root

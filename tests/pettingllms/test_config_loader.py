@@ -25,7 +25,7 @@ from pettingllms.config import (
 )
 from pettingllms.config.loader import DEFAULTS_FILE, load_yaml_file, parse_override, parse_value
 
-ENVS = ("plan_path", "sokoban", "sudoku", "code")
+ENVS = ("plan_path", "sokoban", "sudoku", "code", "math")
 
 
 # ---- overrides -------------------------------------------------------------------------------------
@@ -221,9 +221,10 @@ def test_switching_env_checks_keys_against_the_new_env():
 # ---- shipped configs -------------------------------------------------------------------------------
 
 # Shipped configs that are not named after their level, with the level they run at.
-NAMED_CONFIGS = {"plan_path/quickstart": "L1", **{f"code/{d}": "L1" for d in ("apps", "codecontests", "humaneval", "livecodebench", "mbpp")}}
+NAMED_CONFIGS = {"plan_path/quickstart": "L1", **{f"code/{d}": "L1" for d in ("apps", "codecontests", "humaneval", "livecodebench", "mbpp")},
+                 **{f"math/{d}": "L1" for d in ("arith", "gsm8k", "math500", "aime24", "aime25", "olympiadbench")}}
 # The roles of each environment's multi-agent workflow (L0 is always the `single` role alone).
-TEAM_ROLES = {"code": ["code_generator", "test_generator"]}
+TEAM_ROLES = {"code": ["code_generator", "test_generator"], "math": ["tool_generator", "reasoning_generator"]}
 
 
 def test_shipped_configs_are_the_levels_and_the_named_ones():
@@ -232,12 +233,14 @@ def test_shipped_configs_are_the_levels_and_the_named_ones():
 
 
 @pytest.mark.parametrize("path", shipped_configs(), ids=lambda p: f"{p.parent.name}/{p.stem}")
-def test_shipped_config_loads_and_resolves(path, tmp_path, code_data_root, monkeypatch):
+def test_shipped_config_loads_and_resolves(path, tmp_path, code_data_root, math_data_root, monkeypatch):
     from comlrl.trainers.preference.config import MADPOIterConfig, MARLHFIterConfig
     from pettingllms.registry import get_env_class
     from pettingllms.trainer.sft import SFTWarmStartConfig
 
-    # The code configs play dataset splits: the fixtures' (8 train problems each) stand in for the real ones.
+    # The code and math configs play dataset splits: the fixtures' (8 train problems each) stand in for the real
+    # ones (both fixtures live under one root).
+    assert math_data_root == code_data_root
     monkeypatch.setenv("PETTINGLLMS_DATA", code_data_root)
     config = load_config(path, ["sft.num_problems=8"] if path.parent.name == "code" else [])
     validate_config(config)

@@ -296,3 +296,13 @@ def test_format_number_round_trips_through_evaluate(value):
 def test_format_number_refuses_floats():
     with pytest.raises(TypeError, match="got float"):
         format_number(0.5)
+
+
+def test_names_bind_to_the_problems_quantities():
+    assert evaluate("a * b - c", {"a": 6402, "b": 5184, "c": 237}) == Fraction(6402 * 5184 - 237)
+    assert evaluate("(a + 1) / b", {"a": 2, "b": 4}) == Fraction(3, 4)
+    with pytest.raises(CalculatorError, match=r"unknown name 'z': only numbers, the problem's names a, b"):
+        evaluate("a + z", {"a": 1, "b": 2})
+    with pytest.raises(CalculatorError, match="unknown name 'a'"):
+        evaluate("a + 1")  # no names given
+    assert evaluate("abs(a)", {"a": -3, "abs": 9}) == 3  # a name never shadows an allowed function

@@ -246,3 +246,34 @@ def test_eval_cli_oracle_solves_every_dataset_fixture_through_the_sandbox(datase
     out = capsys.readouterr().out
     report = json.loads((tmp_path / "eval_results.json").read_text())
     assert report["metrics"]["success_rate"] == 1.0 and "success 1.000 on" in out, out
+
+
+def test_named_arith_problems_let_the_tools_use_the_letters(tmp_path):
+    problem = generate(4, 2, named=True)
+    plain = generate(4, 2)
+    quantities = problem.metadata["quantities"]
+    # same numbers, answer and expression; the question labels each number in order of appearance
+    assert problem.answer == plain.answer and problem.metadata["expression"] == plain.metadata["expression"]
+    assert list(quantities) == list("abcd"[: len(quantities)])
+    assert all(f"{k} = {v}" in problem.question for k, v in quantities.items())
+    assert evaluate(problem.metadata["named_expression"], quantities) == Fraction(problem.answer)
+    env, agents = setup(arith_named=True)
+    result = play(env, agents, MathOraclePolicy(), seed=4)
+    assert result.success and env.state.tool_run.source == problem.metadata["named_expression"]
+    assert "letters" in agents[0].prompt[0]["content"] and "letters" not in setup()[1][0].update_from_env(
+        0, _reset(setup()[0], 4))[0]["content"]
+
+
+@linux_only
+def test_named_quantities_are_defined_for_the_python_tool(pool):
+    env, agents = setup(arith_named=True, tool="python", max_turns=1)
+    problem = generate(4, 2, named=True)
+    tool = f"```python\nprint({problem.metadata['named_expression']})\n```"
+    result = play(env, agents, Fixed(tool_generator=tool, reasoning_generator=f"\\boxed{{{problem.answer}}}"),
+                  seed=4, worker=pool)
+    assert env.state.tool_run.outcome == "verified" and result.success
+
+
+def _reset(env, seed):
+    asyncio.run(env.reset(seed))
+    return env

@@ -72,9 +72,10 @@ async def run_tool(env: MathEnv, env_worker: Any, tool: str, source: str) -> Too
     """Run one parsed tool call (a program in the sandbox, or an expression in the calculator) and verify
     the answer it gives against the problem's."""
     config = env.config
+    quantities = env.state.problem.metadata.get("quantities") or {}
     if tool == "calculator":
         try:
-            output, error = format_number(evaluate(source)), ""
+            output, error = format_number(evaluate(source, quantities)), ""
         except CalculatorError as exc:
             output, error = "", str(exc)
     else:
@@ -83,8 +84,10 @@ async def run_tool(env: MathEnv, env_worker: Any, tool: str, source: str) -> Too
                 "the math tool agent runs Python in the sandbox: it needs an env worker with `run_tests` "
                 f"(a pettingllms.sandbox.SandboxPool), got {env_worker!r}; or set `env.tool: calculator`"
             )
+        # A generated problem's labelled quantities are defined for the program (a = 6402, ...).
+        program = "".join(f"{name} = {value}\n" for name, value in quantities.items()) + source
         try:
-            verdicts = await env_worker.run_tests([source], [TestCase(stdin="", expected_stdout="")],
+            verdicts = await env_worker.run_tests([program], [TestCase(stdin="", expected_stdout="")],
                                                   time_limit_s=float(config.time_limit_s), compare="exact")
         except InfrastructureError:
             raise
@@ -161,7 +164,8 @@ class ToolGenerationAgent(MathAgent):
         lines += prompts.tool_lines(state.tool_run, "Your")
         lines += prompts.answers_lines(state.answers, state.answers_verified, "The reasoner's")
         lines.append("Compute the answer now." if state.tool_run is None else "Fix or improve your computation.")
-        return self._prompt(prompts.tool_system(self.tool), lines)
+        named = bool(state.problem.metadata.get("quantities"))
+        return self._prompt(prompts.tool_system(self.tool, named), lines)
 
     def parse(self, response: str) -> str:
         source = parse_tool_call(self.tool, response)
@@ -241,7 +245,8 @@ class MathSingleAgent(MathAgent):
             lines += prompts.tool_lines(state.tool_run, "Your")
         lines.append("Give your final answer as \\boxed{answer}." if self.tool == "none" else
                      "Compute, or give your final answer as \\boxed{answer}.")
-        return self._prompt(prompts.single_system(self.tool), lines)
+        named = bool(state.problem.metadata.get("quantities"))
+        return self._prompt(prompts.single_system(self.tool, named), lines)
 
     def parse(self, response: str) -> tuple[str | None, str | None]:
         source = parse_tool_call(self.tool, response) if self.tool != "none" else None

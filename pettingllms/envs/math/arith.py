@@ -13,12 +13,18 @@ pair always gives the same problem.
 The reference answer is exact (:func:`pettingllms.envs.math.calculator.format_number`: ``"12345"`` or
 ``"3/4"``) and ``metadata["expression"]`` is the expression that computes it; :func:`python_program` turns
 that expression into a program printing the same value.
+
+``named=True`` labels every number of the question with a letter in order of appearance ("receives
+a = 6402 pallets of b = 5184 boxes each"): ``metadata["quantities"]`` maps the letters to the numbers (the
+calculator and the Python tool may use them by name) and ``metadata["named_expression"]`` is the expression
+over the letters. A model then need not copy the digits into its expression, only choose the operations.
 """
 
 from __future__ import annotations
 
 import ast
 import random
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -141,8 +147,30 @@ def _draw(rng: random.Random, level: int) -> tuple[Story, list[str], str, list[s
     return story, sentences, expression, worked
 
 
-def generate(seed: int, level: int = 2) -> MathProblem:
-    """The problem for (``seed``, ``level``): same arguments, same problem."""
+_NUMBER = re.compile(r"\b\d+\b")
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def _named(question: str, expression: str) -> tuple[str, dict[str, int], str]:
+    """The question with each number labelled by a letter (in order of appearance), the letters' values, and
+    the expression over the letters (a number that occurs twice takes its first letter)."""
+    quantities: dict[str, int] = {}
+
+    def label(match: re.Match) -> str:
+        letter = _LETTERS[len(quantities)]
+        quantities[letter] = int(match.group())
+        return f"{letter} = {match.group()}"
+
+    labelled = _NUMBER.sub(label, question)
+    first = {}
+    for letter, value in quantities.items():
+        first.setdefault(value, letter)
+    return labelled, quantities, _NUMBER.sub(lambda m: first[int(m.group())], expression)
+
+
+def generate(seed: int, level: int = 2, named: bool = False) -> MathProblem:
+    """The problem for (``seed``, ``level``): same arguments, same problem (``named``: letters label the
+    numbers, see the module docstring; the numbers, answer and expression are the same)."""
     from pettingllms.envs.math.calculator import evaluate, format_number
 
     if level not in ARITH_LEVELS or isinstance(level, bool):
@@ -154,10 +182,15 @@ def generate(seed: int, level: int = 2) -> MathProblem:
     while drawn is None:
         drawn = _draw(rng, level)
     story, sentences, expression, worked = drawn
+    question = " ".join(sentences)
+    metadata = {"expression": expression, "level": level, "template": story.name}
+    if named:
+        question, quantities, named_expression = _named(question, expression)
+        metadata.update(quantities=quantities, named_expression=named_expression)
     return MathProblem(
-        problem_id=f"arith/L{level}/{seed}", dataset="arith", split="generated", question=" ".join(sentences),
+        problem_id=f"arith/L{level}/{seed}", dataset="arith", split="generated", question=question,
         answer=format_number(evaluate(expression)), solution="\n".join(worked), level=str(level), subject="arithmetic",
-        metadata={"expression": expression, "level": level, "template": story.name},
+        metadata=metadata,
     )
 
 

@@ -27,7 +27,7 @@ import math
 import operator
 import re
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from fractions import Fraction
 
 __all__ = ["MAX_DIGITS", "MAX_EXPRESSION_CHARS", "CalculatorError", "evaluate", "format_number"]
@@ -159,11 +159,14 @@ def _call(node: ast.Call, args: list[Fraction]) -> Fraction:
     raise CalculatorError(f"round() takes 1 or 2 arguments, got {len(args)}")
 
 
-def _check_node(node: ast.AST) -> None:
+def _check_node(node: ast.AST, names: Mapping[str, Fraction]) -> None:
     """Refuse a node the calculator does not evaluate, before anything is computed."""
     if isinstance(node, ast.Name):
+        if node.id in names:
+            return
+        known = f"the problem's names {', '.join(sorted(names))}, " if names else ""
         raise CalculatorError(
-            f"unknown name {node.id!r}: only numbers and {', '.join(_FUNCTIONS)}() are allowed"
+            f"unknown name {node.id!r}: only numbers, {known}and {', '.join(_FUNCTIONS)}() are allowed"
         )
     if isinstance(node, ast.Call):
         if not isinstance(node.func, ast.Name):
@@ -206,8 +209,10 @@ def _check_node(node: ast.AST) -> None:
         raise CalculatorError(f"{type(node).__name__} is not allowed in a calculator expression")
 
 
-def evaluate(expression: str) -> Fraction:
-    """The exact value of an arithmetic ``expression`` (see the module docstring); CalculatorError otherwise."""
+def evaluate(expression: str, names: Mapping[str, Fraction | int] | None = None) -> Fraction:
+    """The exact value of an arithmetic ``expression`` (see the module docstring); CalculatorError otherwise.
+    ``names``: values the expression may use by name (a generated problem's labelled quantities, ``a = 6402``)."""
+    bound = {key: Fraction(value) for key, value in (names or {}).items() if key not in _FUNCTIONS}
     if not isinstance(expression, str):
         raise CalculatorError(f"the expression must be a string, got {type(expression).__name__}")
     source = expression.strip()
@@ -229,7 +234,7 @@ def evaluate(expression: str) -> Fraction:
     for node in ast.walk(tree):  # breadth-first: a call is checked before its function's name
         if isinstance(node, (ast.operator, ast.unaryop, ast.expr_context)) or id(node) in called:
             continue
-        _check_node(node)
+        _check_node(node, bound)
         if isinstance(node, ast.Call):
             called.add(id(node.func))
 
@@ -241,6 +246,9 @@ def evaluate(expression: str) -> Fraction:
             ready, node = stack.pop()
             if isinstance(node, ast.Constant):
                 values.append(_literal(node, source))
+                continue
+            if isinstance(node, ast.Name):  # checked to be bound
+                values.append(bound[node.id])
                 continue
             if not ready:
                 stack.append((True, node))

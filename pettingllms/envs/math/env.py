@@ -67,6 +67,8 @@ class MathConfig(EnvConfig):
     - ``dataset``: ``arith`` (generated, :mod:`~pettingllms.envs.math.arith`) or one of ``gsm8k``, ``math``,
       ``math500``, ``aime24``, ``aime25``, ``aime_past``, ``olympiadbench``, ``polaris``, ``dapo``.
     - ``arith_level``: difficulty of the generated problems (1, 2 or 3: more and larger operations).
+    - ``arith_named``: label the generated problems' numbers with letters (``a = 6402``) that the tools know,
+      so a model need not copy digits into its expression (the small preset cannot).
     - ``split``: the split evaluation plays (a dataset's seeds index its problems).
     - ``train_split``: the split the training stages play (``null``: the dataset has none to train on).
     - ``data_dir``: the folder holding ``<split>.jsonl`` normalised files (``pettingllms dataprocess math``
@@ -86,6 +88,7 @@ class MathConfig(EnvConfig):
     max_turns: int = 3
     dataset: str = ARITH
     arith_level: int = 2
+    arith_named: bool = False
     split: str = "test"
     train_split: str | None = "train"
     data_dir: str | None = None
@@ -101,6 +104,8 @@ class MathConfig(EnvConfig):
             raise ValueError(f"`dataset` must be one of {[ARITH, *DATASETS]}, got {self.dataset!r}")
         if self.arith_level not in ARITH_LEVELS or isinstance(self.arith_level, bool):
             raise ValueError(f"`arith_level` must be one of {list(ARITH_LEVELS)}, got {self.arith_level!r}")
+        if not isinstance(self.arith_named, bool):
+            raise ValueError(f"`arith_named` must be true or false, got {self.arith_named!r}")
         if not isinstance(self.split, str) or not self.split:
             raise ValueError(f"`split` must be a non-empty split name, got {self.split!r}")
         if self.train_split is not None and (not isinstance(self.train_split, str) or not self.train_split):
@@ -272,7 +277,7 @@ class MathEnv(BaseEnv[MathState]):
     def problem(self, seed: int) -> MathProblem:
         """The problem of ``seed``: generated for ``arith``, else the split's ``seed``-th."""
         if self.config.generated:
-            return generate(seed, self.config.arith_level)
+            return generate(seed, self.config.arith_level, named=self.config.arith_named)
         problems = self.problems()
         if seed >= len(problems):
             raise ValueError(

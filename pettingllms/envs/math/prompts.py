@@ -32,9 +32,12 @@ def _check(verified: bool) -> str:
     return "correct" if verified else "wrong"
 
 
-def tool_system(tool: str) -> str:
+_NAMED = " The problem's letters (a, b, ...) stand for its numbers and may be used."
+
+
+def tool_system(tool: str, named: bool = False) -> str:
     return ("You are the tool agent in a team: you compute the answer to a math problem, a reasoner reads your "
-            f"result and gives the final answer.\nAnswer with {TOOL_HELP[tool]}.")
+            f"result and gives the final answer.\nAnswer with {TOOL_HELP[tool]}." + (_NAMED if named else ""))
 
 
 def reasoner_system(tool: str) -> str:
@@ -43,11 +46,11 @@ def reasoner_system(tool: str) -> str:
             "reason briefly and give the final answer as \\boxed{answer}.")
 
 
-def single_system(tool: str) -> str:
+def single_system(tool: str, named: bool = False) -> str:
     if tool == "none":
         return "You solve math problems. Give the final answer as \\boxed{answer}."
     return ("You solve math problems. You may first compute: write " + TOOL_HELP[tool] + "; its result is shown "
-            "next turn. Give the final answer as \\boxed{answer}.")
+            "next turn." + (_NAMED if named else "") + " Give the final answer as \\boxed{answer}.")
 
 
 def problem_lines(problem: MathProblem, turn_idx: int, max_turns: int) -> list[str]:

@@ -39,7 +39,7 @@ def oracle_tool_call(problem: MathProblem, tool: str) -> str:
     expression = problem.metadata.get("expression")
     if tool == "calculator":
         if expression:
-            return expression
+            return problem.metadata.get("named_expression") or expression
         return problem.answer if _number(problem.answer) is not None else "0"
     if expression:
         return python_program(expression)
