@@ -1,4 +1,11 @@
-"""Proof that training learns: Plan-Path success before and after RL, single agent vs multi-agent.
+"""Proof that training learns: success before and after RL, single agent vs multi-agent, one table per task.
+
+``--config`` picks the task (:data:`TASKS`): ``plan_path`` (the default; :data:`SETTINGS`) or ``math/arith``
+(:data:`MATH_ARITH_SETTINGS`: generated arithmetic word problems whose numbers carry letters, 2 turns, the
+calculator as the tool of the team's tool agent and of the single agent; its rows add single-agent GRPO with the
+calculator, the baseline of the +10-point target, next to GRPO without a tool). The description below is
+Plan-Path's; ``math/arith`` runs the ``math/<level>`` configs the same way, with its own "before RL" rows
+(:class:`StartRow`: the team, the single agent without a tool, the single agent with the calculator).
 
 Every run is a pipeline run (:class:`pettingllms.pipeline.Pipeline`) of a shipped ``plan_path/<level>``
 config with the benchmark's :data:`SETTINGS` (Plan-Path 4x4, 20 % walls, 3 turns, the built-in ``small``
@@ -32,6 +39,10 @@ K = 2) showing the pipeline runs on a real pretrained model.
     .venv/bin/python -m benchmarks.learning                       # everything, 3 seeds
     .venv/bin/python -m benchmarks.learning --seeds 0 --methods at_grpo_l1 --budget-minutes 3
     .venv/bin/python -m benchmarks.learning --rl learning_rate=2e-4 --rl at_grpo_l1.rollout.num_generations=8
+    .venv/bin/python -m benchmarks.learning --config math/arith --cells-parallel 2
+
+The summary file keeps one table per task (``{"benchmark": "learning", "tasks": {"plan_path": ...,
+"math/arith": ...}}``, :func:`merged_summary`).
 """
 
 from __future__ import annotations

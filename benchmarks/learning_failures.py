@@ -15,6 +15,10 @@ and loads those weights (as a resumed pipeline does), runs the benchmark's sampl
 - ``success_by_distance``: success by the instance's shortest-path length from the start.
 
     .venv/bin/python -m benchmarks.learning_failures warmstart-seed0 at_grpo_l1-seed0 at_grpo_l3-seed0
+
+``--config math/arith`` breaks the math task's episodes down instead (:func:`math_episode_breakdown`): tool
+responses correct / wrong / failed / unparseable, and whether each final answer copies the latest tool answer,
+overrides a wrong one, or drops a right one.
 """
 
 from __future__ import annotations

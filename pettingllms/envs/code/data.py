@@ -46,8 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from comlrl.atomic_io import atomic_write_text
 from pettingllms.envs.code.unpickle import decode_private_tests
+from pettingllms.envs.records import read_records, record_from_json, write_records
 
 __all__ = [
     "DATASETS",
@@ -121,40 +121,17 @@ class CodeProblem:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> CodeProblem:
-        if not isinstance(obj, dict):
-            raise CodeDataError(f"a problem must be a JSON object, got {type(obj).__name__}")
-        names = [f.name for f in dataclasses.fields(cls)]
-        missing = [n for n in names if n not in obj]
-        unknown = sorted(set(obj) - set(names))
-        if missing or unknown:
-            raise CodeDataError(f"problem {obj.get('problem_id')!r}: missing fields {missing}, unknown {unknown}")
-        return cls(**obj)
+        return record_from_json(cls, obj, CodeDataError)
 
 
 def write_jsonl(path: str | os.PathLike, problems: Iterable[CodeProblem]) -> Path:
     """Write problems in the normalised layout, atomically (readers see the old file or the whole new one)."""
-    lines = [json.dumps(p.to_json(), ensure_ascii=False) + "\n" for p in problems]
-    return atomic_write_text(path, "".join(lines))
+    return write_records(path, problems)
 
 
 def read_jsonl(path: str | os.PathLike) -> list[CodeProblem]:
     """Problems from a normalised JSONL file; errors name the path and line."""
-    path = Path(path)
-    if not path.is_file():
-        raise CodeDataError(
-            f"no normalised data at {path}: make it with `pettingllms dataprocess code --source SOURCE "
-            f"--dataset DATASET --split SPLIT --output {path.parent}`"
-        )
-    out = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                out.append(CodeProblem.from_json(json.loads(line)))
-            except (json.JSONDecodeError, CodeDataError, TypeError) as error:
-                raise CodeDataError(f"{path} line {number}: {error}") from error
-    return out
+    return read_records(path, CodeProblem, CodeDataError, "code")
 
 
 def normalised_path(dataset: str, split: str, env: str = "code") -> Path:

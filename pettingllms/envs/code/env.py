@@ -47,6 +47,7 @@ from pettingllms.envs.code.data import (
     normalised_path,
     read_jsonl,
 )
+from pettingllms.envs.records import played_split
 from pettingllms.sandbox.judge import COMPARE_MODES, TestCase, TestVerdict
 
 __all__ = [
@@ -190,14 +191,6 @@ class CodeState(EnvState):
 
 
 # ---- problems ----------------------------------------------------------------------------------------
-
-
-def played_split(config: CodeConfig) -> str:
-    """The split ``config``'s seeds index: ``train_split`` for training, ``split`` for evaluation."""
-    if config.purpose == "train":
-        assert config.train_split is not None  # CodeConfig refuses a training config without one
-        return config.train_split
-    return config.split
 
 
 def split_path(config: CodeConfig) -> Path | None:

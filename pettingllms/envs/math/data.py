@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from comlrl.atomic_io import atomic_write_text
 from pettingllms.envs.code import data as _code_data
+from pettingllms.envs.records import read_records, record_from_json, write_records
 
 __all__ = [
     "DATASETS",
@@ -99,40 +99,17 @@ class MathProblem:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> MathProblem:
-        if not isinstance(obj, dict):
-            raise MathDataError(f"a problem must be a JSON object, got {type(obj).__name__}")
-        names = [f.name for f in dataclasses.fields(cls)]
-        missing = [n for n in names if n not in obj]
-        unknown = sorted(set(obj) - set(names))
-        if missing or unknown:
-            raise MathDataError(f"problem {obj.get('problem_id')!r}: missing fields {missing}, unknown {unknown}")
-        return cls(**obj)
+        return record_from_json(cls, obj, MathDataError)
 
 
 def write_jsonl(path: str | os.PathLike, problems: Iterable[MathProblem]) -> Path:
     """Write problems in the normalised layout, atomically (readers see the old file or the whole new one)."""
-    lines = [json.dumps(p.to_json(), ensure_ascii=False) + "\n" for p in problems]
-    return atomic_write_text(path, "".join(lines))
+    return write_records(path, problems)
 
 
 def read_jsonl(path: str | os.PathLike) -> list[MathProblem]:
     """Problems from a normalised JSONL file; errors name the path and line."""
-    path = Path(path)
-    if not path.is_file():
-        raise MathDataError(
-            f"no normalised data at {path}: make it with `pettingllms dataprocess math --source SOURCE "
-            f"--dataset DATASET --split SPLIT --output {path.parent}`"
-        )
-    out = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                out.append(MathProblem.from_json(json.loads(line)))
-            except (json.JSONDecodeError, MathDataError, TypeError) as error:
-                raise MathDataError(f"{path} line {number}: {error}") from error
-    return out
+    return read_records(path, MathProblem, MathDataError, "math")
 
 
 def normalised_path(dataset: str, split: str) -> Path:

@@ -37,6 +37,7 @@ from pettingllms.envs.base import BaseEnv, EnvConfig, EnvState
 from pettingllms.envs.math import rewards
 from pettingllms.envs.math.arith import ARITH_LEVELS, generate
 from pettingllms.envs.math.data import DATASETS, MathDataError, MathProblem, normalised_path, read_jsonl
+from pettingllms.envs.records import played_split
 
 __all__ = [
     "ARITH",
@@ -195,14 +196,6 @@ class MathState(EnvState):
 
 
 # ---- problems ----------------------------------------------------------------------------------------
-
-
-def played_split(config: MathConfig) -> str:
-    """The split ``config``'s seeds index: ``train_split`` for training, ``split`` for evaluation."""
-    if config.purpose == "train":
-        assert config.train_split is not None  # MathConfig refuses a training config without one
-        return config.train_split
-    return config.split
 
 
 def split_path(config: MathConfig) -> Path:

@@ -1,0 +1,74 @@
+"""What every dataset environment shares (code, math, and search next): its problems as one frozen dataclass per
+line of a normalised JSONL file, and which split the seeds index.
+
+- :func:`record_from_json`: a record from its JSON object, every field present and no other (the error names
+  the problem and the fields).
+- :func:`write_records` / :func:`read_records`: the JSONL file, written atomically, read with errors that name
+  the path and the line (a missing file names the ``pettingllms dataprocess`` command that makes it).
+- :func:`played_split`: ``train_split`` when a training stage built the environment (``purpose``), else
+  ``split``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from comlrl.atomic_io import atomic_write_text
+
+__all__ = ["played_split", "read_records", "record_from_json", "write_records"]
+
+RecordT = TypeVar("RecordT")
+
+
+def record_from_json(cls: type[RecordT], obj: Any, error: type[Exception]) -> RecordT:
+    """``cls(**obj)`` when ``obj`` is a JSON object with exactly ``cls``'s fields, else ``error`` naming them."""
+    if not isinstance(obj, dict):
+        raise error(f"a problem must be a JSON object, got {type(obj).__name__}")
+    names = [f.name for f in dataclasses.fields(cls)]
+    missing = [n for n in names if n not in obj]
+    unknown = sorted(set(obj) - set(names))
+    if missing or unknown:
+        raise error(f"problem {obj.get('problem_id')!r}: missing fields {missing}, unknown {unknown}")
+    return cls(**obj)
+
+
+def write_records(path: str | os.PathLike, records: Iterable[Any]) -> Path:
+    """Write records (each with ``to_json()``) one per line, atomically (readers see the old file or the
+    whole new one)."""
+    lines = [json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in records]
+    return atomic_write_text(path, "".join(lines))
+
+
+def read_records(path: str | os.PathLike, cls: type[RecordT], error: type[Exception], env: str) -> list[RecordT]:
+    """Records of ``cls`` (with a ``from_json`` classmethod) from a normalised JSONL file of environment
+    ``env``; errors (``error``) name the path and line."""
+    path = Path(path)
+    if not path.is_file():
+        raise error(
+            f"no normalised data at {path}: make it with `pettingllms dataprocess {env} --source SOURCE "
+            f"--dataset DATASET --split SPLIT --output {path.parent}`"
+        )
+    out = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                out.append(cls.from_json(json.loads(line)))
+            except (json.JSONDecodeError, error, TypeError) as exc:
+                raise error(f"{path} line {number}: {exc}") from exc
+    return out
+
+
+def played_split(config: Any) -> str:
+    """The split a dataset environment's seeds index: ``config.train_split`` for training (``purpose``
+    ``train``; the config refuses training without one), ``config.split`` for evaluation."""
+    if config.purpose == "train":
+        assert config.train_split is not None
+        return config.train_split
+    return config.split
