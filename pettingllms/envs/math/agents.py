@@ -33,9 +33,11 @@ from pettingllms.envs.math.env import MathEnv, MathState, ToolRun
 from pettingllms.envs.math.verify import answers_agree, verify_answer
 from pettingllms.sandbox.judge import TestCase
 
-__all__ = ["MathAgent", "MathSingleAgent", "ReasoningAgent", "ToolGenerationAgent", "format_answer", "format_tool_call",
-           "run_tool"]
+__all__ = ["TOOL_ANSWER", "MathAgent", "MathSingleAgent", "ReasoningAgent", "ToolGenerationAgent", "format_answer",
+           "format_tool_call", "run_tool"]
 
+#: The final answer that takes the latest tool answer (with ``env.accept_tool_answer``): ``\\boxed{tool}``.
+TOOL_ANSWER = "tool"
 # Tool-run failures and the model-failure label the engine counts for each.
 _FAILURE_LABELS = {"timeout": "tool_timeout", "output_limit": "tool_killed"}
 
@@ -138,6 +140,20 @@ class MathAgent(Agent):
         what = "its program" if run.tool == "python" else "the calculator"
         state.last_report = f"{self.role} ran {what}: {result}"
 
+    def _resolve(self, env: MathEnv, answer: str) -> str | None:
+        """The answer ``answer`` stands for: the latest tool answer for ``tool`` (with ``accept_tool_answer``;
+        None when there is none to take), else ``answer`` itself."""
+        if env.config.accept_tool_answer and answer.strip().lower() == TOOL_ANSWER:
+            return env.state.tool_answer
+        return answer
+
+    def _no_tool_answer(self, env: MathEnv) -> None:
+        state = env.state
+        state.last_report = f"{self.role} took the tool's answer, but there is none; nothing changed"
+        self.local_reward = rewards.reasoner_local_reward(None, False)
+        self.failure = "parse_error"
+        self.feedback = state.last_report
+
     async def _record_answer(self, env: MathEnv, answer: str) -> bool:
         state = env.state
         verified = await _verify(answer, state.problem.answer, env.config.verify_timeout_s)
@@ -205,7 +221,7 @@ class ReasoningAgent(MathAgent):
         lines += prompts.tool_lines(state.tool_run, "The tool agent's")
         lines += prompts.answers_lines(state.answers, state.answers_verified, "Your")
         lines.append("Give your final answer as \\boxed{answer}.")
-        return self._prompt(prompts.reasoner_system(self.tool), lines)
+        return self._prompt(prompts.reasoner_system(self.tool, env.config.accept_tool_answer), lines)
 
     def parse(self, response: str) -> str:
         answer = extract_answer(response)
@@ -223,10 +239,15 @@ class ReasoningAgent(MathAgent):
         if self.action is None:
             self._parse_failed(env)
             return
-        verified = await self._record_answer(env, self.action)
-        state.agreed = await _agree(self.action, state.tool_answer, env.config.verify_timeout_s)
-        self.local_reward = rewards.reasoner_local_reward(self.action, verified)
-        state.last_report = f"{self.role} answered {self.action} ({'correct' if verified else 'wrong'})"
+        answer = self._resolve(env, self.action)
+        if answer is None:
+            self._no_tool_answer(env)
+            return
+        verified = await self._record_answer(env, answer)
+        state.agreed = await _agree(answer, state.tool_answer, env.config.verify_timeout_s)
+        self.local_reward = rewards.reasoner_local_reward(answer, verified)
+        took = "took the tool's answer: " if answer is not self.action else ""
+        state.last_report = f"{self.role} {took}answered {answer} ({'correct' if verified else 'wrong'})"
         self.feedback = state.last_report
 
 
@@ -246,7 +267,7 @@ class MathSingleAgent(MathAgent):
         lines.append("Give your final answer as \\boxed{answer}." if self.tool == "none" else
                      "Compute, or give your final answer as \\boxed{answer}.")
         named = bool(state.problem.metadata.get("quantities"))
-        return self._prompt(prompts.single_system(self.tool, named), lines)
+        return self._prompt(prompts.single_system(self.tool, named, env.config.accept_tool_answer), lines)
 
     def parse(self, response: str) -> tuple[str | None, str | None]:
         source = parse_tool_call(self.tool, response) if self.tool != "none" else None
@@ -271,15 +292,20 @@ class MathSingleAgent(MathAgent):
         if self.action is None:
             self._parse_failed(env)
             return
-        source, answer = self.action
+        source, given = self.action
         run = None
         if source is not None:
             run = await run_tool(env, env_worker, self.tool, source)
             self._record_tool_run(state, run)
+        answer = None if given is None else self._resolve(env, given)
+        if given is not None and answer is None and run is None:
+            self._no_tool_answer(env)
+            return
         if answer is not None:
             verified = await self._record_answer(env, answer)
             self.local_reward = rewards.reasoner_local_reward(answer, verified)
-            state.last_report = f"{self.role} answered {answer} ({'correct' if verified else 'wrong'})"
+            took = "took the tool's answer: " if answer is not given else ""
+            state.last_report = f"{self.role} {took}answered {answer} ({'correct' if verified else 'wrong'})"
         else:
             assert run is not None
             self.local_reward = rewards.tool_local_reward(run.outcome)

@@ -81,6 +81,9 @@ class MathConfig(EnvConfig):
     - ``tool``: the tool agent's tool: ``python`` (a program run in the sandbox that prints its answer) or
       ``calculator`` (an arithmetic expression).
     - ``single_tool``: the ``single`` agent's tool: ``none``, ``calculator`` or ``python``.
+    - ``accept_tool_answer``: the reasoner (and the single agent) may answer ``\\boxed{tool}`` to take the
+      latest tool answer as its own, as Plan-Path's plan agent plays a tool proposal with ``#### proposal``
+      (for models that cannot copy an 8-digit number from their prompt, like the small preset).
     - ``time_limit_s``: wall seconds of one tool program.
     - ``verify_timeout_s``: seconds one answer check may take (past it the answer counts as wrong).
     """
@@ -96,6 +99,7 @@ class MathConfig(EnvConfig):
     level: str | None = None
     tool: str = "python"
     single_tool: str = "none"
+    accept_tool_answer: bool = False
     time_limit_s: float = 5.0
     verify_timeout_s: float = 5.0
 
@@ -105,8 +109,9 @@ class MathConfig(EnvConfig):
             raise ValueError(f"`dataset` must be one of {[ARITH, *DATASETS]}, got {self.dataset!r}")
         if self.arith_level not in ARITH_LEVELS or isinstance(self.arith_level, bool):
             raise ValueError(f"`arith_level` must be one of {list(ARITH_LEVELS)}, got {self.arith_level!r}")
-        if not isinstance(self.arith_named, bool):
-            raise ValueError(f"`arith_named` must be true or false, got {self.arith_named!r}")
+        for name in ("arith_named", "accept_tool_answer"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"`{name}` must be true or false, got {getattr(self, name)!r}")
         if not isinstance(self.split, str) or not self.split:
             raise ValueError(f"`split` must be a non-empty split name, got {self.split!r}")
         if self.train_split is not None and (not isinstance(self.train_split, str) or not self.train_split):

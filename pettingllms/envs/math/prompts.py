@@ -40,17 +40,21 @@ def tool_system(tool: str, named: bool = False) -> str:
             f"result and gives the final answer.\nAnswer with {TOOL_HELP[tool]}." + (_NAMED if named else ""))
 
 
-def reasoner_system(tool: str) -> str:
+_ACCEPT = " \\boxed{tool} takes the tool's latest result as your answer."
+
+
+def reasoner_system(tool: str, accept: bool = False) -> str:
     using = "a Python program" if tool == "python" else "a calculator"
     return ("You are the reasoner in a team: a tool agent computes with " + using + "; you read its result, "
-            "reason briefly and give the final answer as \\boxed{answer}.")
+            "reason briefly and give the final answer as \\boxed{answer}." + (_ACCEPT if accept else ""))
 
 
-def single_system(tool: str, named: bool = False) -> str:
+def single_system(tool: str, named: bool = False, accept: bool = False) -> str:
     if tool == "none":
         return "You solve math problems. Give the final answer as \\boxed{answer}."
     return ("You solve math problems. You may first compute: write " + TOOL_HELP[tool] + "; its result is shown "
-            "next turn." + (_NAMED if named else "") + " Give the final answer as \\boxed{answer}.")
+            "next turn." + (_NAMED if named else "") + " Give the final answer as \\boxed{answer}."
+            + (_ACCEPT if accept else ""))
 
 
 def problem_lines(problem: MathProblem, turn_idx: int, max_turns: int) -> list[str]:

@@ -18,7 +18,7 @@ import random
 from fractions import Fraction
 from typing import Any
 
-from pettingllms.envs.math.agents import format_answer, format_tool_call
+from pettingllms.envs.math.agents import TOOL_ANSWER, format_answer, format_tool_call
 from pettingllms.envs.math.arith import python_program
 from pettingllms.envs.math.calculator import CalculatorError, evaluate, format_number
 from pettingllms.envs.math.data import MathProblem
@@ -69,14 +69,18 @@ def _single_computes_first(env: Any) -> bool:
 
 
 class MathOraclePolicy:
-    """The correct tool call and the reference answer (see the module docstring)."""
+    """The correct tool call and the reference answer (see the module docstring); with
+    ``env.accept_tool_answer``, ``\\boxed{tool}`` where the latest tool answer verifies."""
 
     def respond(self, agent: Any, env: Any) -> str:
-        problem = env.state.problem
+        state = env.state
+        problem = state.problem
         if agent.role == "tool_generator":
             return format_tool_call(env.config.tool, oracle_tool_call(problem, env.config.tool))
         if agent.role == "single" and _single_computes_first(env):
             return format_tool_call(env.config.single_tool, oracle_tool_call(problem, env.config.single_tool))
+        if env.config.accept_tool_answer and state.tool_run is not None and state.tool_run.verified:
+            return format_answer(TOOL_ANSWER)
         return format_answer(problem.answer)
 
 
