@@ -277,3 +277,30 @@ def test_named_quantities_are_defined_for_the_python_tool(pool):
 def _reset(env, seed):
     asyncio.run(env.reset(seed))
     return env
+
+
+def test_boxed_tool_takes_the_latest_tool_answer_when_accepted():
+    problem = generate(6, 2, named=True)
+    env, agents = setup(arith_named=True, accept_tool_answer=True)
+    result = play(env, agents, MathOraclePolicy(), seed=6)
+    assert result.success and env.state.answers == [problem.answer] and env.state.agreed
+    assert "took the tool's answer: answered" in result.steps[1].feedback
+    assert "\\boxed{tool}" in agents[1].prompt[0]["content"]
+    # without the setting, "tool" is an answer like any other (and a wrong one)
+    env, agents = setup(arith_named=True)
+    wrong = play(env, agents, Fixed(tool_generator=f"```calc\n{problem.metadata['named_expression']}\n```",
+                                    reasoning_generator="\\boxed{tool}"), seed=6)
+    assert not wrong.success and env.state.answers[0] == "tool" and "\\boxed{tool}" not in agents[1].prompt[0]["content"]
+
+
+def test_boxed_tool_without_a_tool_answer_scores_like_no_answer():
+    env, agents = setup(accept_tool_answer=True, max_turns=1)
+    result = play(env, agents, Fixed(tool_generator="```calc\n1/0\n```", reasoning_generator="\\boxed{tool}"))
+    reasoner = result.steps[1]
+    assert reasoner.local_reward == -1.0 and reasoner.failure == "parse_error" and env.state.answers == []
+    assert "there is none" in reasoner.feedback
+    # the single agent: a call and "tool" in one response takes the call's result
+    env, agents = setup(turn_order=["single"], single_tool="calculator", accept_tool_answer=True)
+    problem = generate(2, 2)
+    result = play(env, agents, Fixed(single=f"```calc\n{problem.metadata['expression']}\n```\n\\boxed{{tool}}"), seed=2)
+    assert result.success and env.state.turn == 1 and result.rewards("single") == [2.0]

@@ -121,6 +121,16 @@ class MathAgent(Agent):
             raise TypeError(f"math agents play the `math` environment, got {getattr(env, 'name', env)!r}")
         return env
 
+    def _state_lines(self, env: MathEnv, turn_idx: int, tool_owner: str, answers_owner: str | None) -> list[str]:
+        """The problem, the latest tool run (as ``tool_owner``'s) and, with ``answers_owner``, the latest
+        final answer, each with its check."""
+        state = env.state
+        lines = prompts.problem_lines(state.problem, turn_idx, env.config.max_turns)
+        lines += prompts.tool_lines(state.tool_run, tool_owner)
+        if answers_owner is not None:
+            lines += prompts.answers_lines(state.answers, state.answers_verified, answers_owner)
+        return lines
+
     def _prompt(self, system: str, lines: list[str]) -> Prompt:
         self.prompt = build_prompt(system, "\n".join(lines), self.prompt_style)
         return self.prompt
@@ -176,9 +186,7 @@ class ToolGenerationAgent(MathAgent):
         env = self._check_env(env_data)
         state: MathState = env.state
         self.tool = env.config.tool
-        lines = prompts.problem_lines(state.problem, turn_idx, env.config.max_turns)
-        lines += prompts.tool_lines(state.tool_run, "Your")
-        lines += prompts.answers_lines(state.answers, state.answers_verified, "The reasoner's")
+        lines = self._state_lines(env, turn_idx, "Your", "The reasoner's")
         lines.append("Compute the answer now." if state.tool_run is None else "Fix or improve your computation.")
         named = bool(state.problem.metadata.get("quantities"))
         return self._prompt(prompts.tool_system(self.tool, named), lines)
@@ -215,11 +223,8 @@ class ReasoningAgent(MathAgent):
 
     def update_from_env(self, turn_idx: int, env_data: Any) -> Prompt:
         env = self._check_env(env_data)
-        state: MathState = env.state
         self.tool = env.config.tool
-        lines = prompts.problem_lines(state.problem, turn_idx, env.config.max_turns)
-        lines += prompts.tool_lines(state.tool_run, "The tool agent's")
-        lines += prompts.answers_lines(state.answers, state.answers_verified, "Your")
+        lines = self._state_lines(env, turn_idx, "The tool agent's", "Your")
         lines.append("Give your final answer as \\boxed{answer}.")
         return self._prompt(prompts.reasoner_system(self.tool, env.config.accept_tool_answer), lines)
 
@@ -261,9 +266,10 @@ class MathSingleAgent(MathAgent):
         env = self._check_env(env_data)
         state: MathState = env.state
         self.tool = env.config.single_tool
-        lines = prompts.problem_lines(state.problem, turn_idx, env.config.max_turns)
         if self.tool != "none":
-            lines += prompts.tool_lines(state.tool_run, "Your")
+            lines = self._state_lines(env, turn_idx, "Your", None)
+        else:
+            lines = prompts.problem_lines(state.problem, turn_idx, env.config.max_turns)
         lines.append("Give your final answer as \\boxed{answer}." if self.tool == "none" else
                      "Compute, or give your final answer as \\boxed{answer}.")
         named = bool(state.problem.metadata.get("quantities"))
