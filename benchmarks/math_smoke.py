@@ -70,7 +70,7 @@ def evaluate(label: str, work: Path, args: argparse.Namespace) -> dict[str, Any]
     tools = {role: env["tool"] if role == "tool_generator" else env["single_tool"] if role == "single" else "none"
              for role in env["turn_order"]}
     return {"run": label, "config": name, "roles": env["turn_order"], "tools": tools,
-            "instances": len(report["seeds"]), "success": report["metrics"]["success_rate"],
+            "instances": int(report["metrics"]["num_problems"]), "success": report["metrics"]["success_rate"],
             "interval95": report["confidence_intervals"]["pass@1"],
             "parse_error_rate": {k.split("/")[1]: v for k, v in report["metrics"].items() if k.endswith("parse_error_rate")},
             "minutes": round(seconds / 60, 2)}
