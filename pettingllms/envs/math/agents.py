@@ -135,6 +135,16 @@ class MathAgent(Agent):
         self.prompt = build_prompt(system, "\n".join(lines), self.prompt_style)
         return self.prompt
 
+    def _begin_step(self, env_data: Any) -> MathEnv | None:
+        """The environment of this step, or None when the decision did not parse (then scored -1 and
+        reported, the state unchanged)."""
+        env = self._check_env(env_data)
+        self.failure = None
+        if self.action is None:
+            self._parse_failed(env)
+            return None
+        return env
+
     def _parse_failed(self, env: MathEnv) -> None:
         state = env.state
         state.last_report = f"{self.role} response not understood ({self.parse_error}); nothing changed"
@@ -203,12 +213,10 @@ class ToolGenerationAgent(MathAgent):
         return format_tool_call(self.tool, source)
 
     async def step(self, env_data: Any, env_worker: Any = None) -> None:
-        env = self._check_env(env_data)
-        state: MathState = env.state
-        self.failure = None
-        if self.action is None:
-            self._parse_failed(env)
+        env = self._begin_step(env_data)
+        if env is None:
             return
+        state: MathState = env.state
         run = await run_tool(env, env_worker, self.tool, self.action)
         self._record_tool_run(state, run)
         state.agreed = await _agree(run.answer, state.answer, env.config.verify_timeout_s)
@@ -238,12 +246,10 @@ class ReasoningAgent(MathAgent):
         return format_answer(answer)
 
     async def step(self, env_data: Any, env_worker: Any = None) -> None:
-        env = self._check_env(env_data)
-        state: MathState = env.state
-        self.failure = None
-        if self.action is None:
-            self._parse_failed(env)
+        env = self._begin_step(env_data)
+        if env is None:
             return
+        state: MathState = env.state
         answer = self._resolve(env, self.action)
         if answer is None:
             self._no_tool_answer(env)
@@ -292,12 +298,10 @@ class MathSingleAgent(MathAgent):
         return "\n".join(parts)
 
     async def step(self, env_data: Any, env_worker: Any = None) -> None:
-        env = self._check_env(env_data)
-        state: MathState = env.state
-        self.failure = None
-        if self.action is None:
-            self._parse_failed(env)
+        env = self._begin_step(env_data)
+        if env is None:
             return
+        state: MathState = env.state
         source, given = self.action
         run = None
         if source is not None:
