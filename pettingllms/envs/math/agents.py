@@ -160,12 +160,15 @@ class MathAgent(Agent):
         what = "its program" if run.tool == "python" else "the calculator"
         state.last_report = f"{self.role} ran {what}: {result}"
 
+    @staticmethod
+    def _takes_tool_answer(env: MathEnv, answer: str) -> bool:
+        """Whether ``answer`` is ``tool`` under ``accept_tool_answer`` (it then stands for the tool's answer)."""
+        return env.config.accept_tool_answer and answer.strip().lower() == TOOL_ANSWER
+
     def _resolve(self, env: MathEnv, answer: str) -> str | None:
         """The answer ``answer`` stands for: the latest tool answer for ``tool`` (with ``accept_tool_answer``;
         None when there is none to take), else ``answer`` itself."""
-        if env.config.accept_tool_answer and answer.strip().lower() == TOOL_ANSWER:
-            return env.state.tool_answer
-        return answer
+        return env.state.tool_answer if self._takes_tool_answer(env, answer) else answer
 
     def _no_tool_answer(self, env: MathEnv) -> None:
         state = env.state
@@ -257,7 +260,7 @@ class ReasoningAgent(MathAgent):
         verified = await self._record_answer(env, answer)
         state.agreed = await _agree(answer, state.tool_answer, env.config.verify_timeout_s)
         self.local_reward = rewards.reasoner_local_reward(answer, verified)
-        took = "took the tool's answer: " if answer is not self.action else ""
+        took = "took the tool's answer: " if self._takes_tool_answer(env, self.action) else ""
         state.last_report = f"{self.role} {took}answered {answer} ({'correct' if verified else 'wrong'})"
         self.feedback = state.last_report
 
@@ -314,7 +317,7 @@ class MathSingleAgent(MathAgent):
         if answer is not None:
             verified = await self._record_answer(env, answer)
             self.local_reward = rewards.reasoner_local_reward(answer, verified)
-            took = "took the tool's answer: " if answer is not given else ""
+            took = "took the tool's answer: " if self._takes_tool_answer(env, given) else ""
             state.last_report = f"{self.role} {took}answered {answer} ({'correct' if verified else 'wrong'})"
         else:
             assert run is not None
