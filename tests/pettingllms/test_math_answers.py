@@ -109,7 +109,7 @@ def test_last_boxed_is_linear_on_adversarial_input():
     start = time.perf_counter()
     assert last_boxed(text) == "\\boxed{" * 19_999 + "}" * 19_999
     assert last_boxed("\\boxed 1 " * 20_000) == "1"
-    assert time.perf_counter() - start < 2.0
+    assert time.perf_counter() - start < 5.0  # quadratic work on 20k braces would take far longer
 
 
 # ---- hash_answer / extract_answer ---------------------------------------------------------------------
