@@ -663,6 +663,13 @@ def _job_done(path: Path, key: str) -> bool:
         return False
 
 
+def _warm_model_missing(job: Job) -> bool:
+    """A finished warm-start record whose ``model_dir`` no longer exists on disk."""
+    if job.key is None or not _job_done(job.result, job.key):
+        return False
+    return not Path(json.loads(job.result.read_text())["model_dir"]).is_dir()
+
+
 @dataclass
 class Job:
     name: str
@@ -882,16 +889,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     jobs: list[Job] = []
     for seed in args.seeds:  # seed-major order: one seed's row of the table lands before the next starts
         warm_key = warm_start_key(seed, task, results, bench)
-        jobs.append(Job(f"warmstart-seed{seed}", ["--job", "warm_start", "--seed", str(seed), *common],
-                        results / f"warmstart-seed{seed}.json", warm_key))
+        warm_job = Job(f"warmstart-seed{seed}", ["--job", "warm_start", "--seed", str(seed), *common],
+                       results / f"warmstart-seed{seed}.json", warm_key)
+        cell_jobs = []
         for name in args.methods:
             config = cell_config(name, seed, task, args.rl, results, "unused", args.budget_minutes, bench)
-            jobs.append(Job(
+            cell_jobs.append(Job(
                 f"{name}-seed{seed}",
                 ["--job", "cell", "--method", name, "--seed", str(seed), "--methods", name, *common],
                 results / f"{name}-seed{seed}.json", cell_key(config, name, warm_key),
-                needs=[f"warmstart-seed{seed}"],
+                needs=[warm_job.name],
             ))
+        if _warm_model_missing(warm_job) and any(not _job_done(c.result, c.key) for c in cell_jobs):
+            # The record survived (it is committed) but its model (under the ignored cache/) did not, and a
+            # cell still needs it: train it again from the same seed.
+            print(f"[rerun] {warm_job.name}: its model is gone and cells still need it", flush=True)
+            warm_job.key = None
+        jobs += [warm_job, *cell_jobs]
     if args.smollm:
         jobs.append(Job("smollm2-l1", ["--job", "smollm", "--smollm-eval-instances", str(args.smollm_eval_instances),
                                        *common], results / "smollm2-l1.json", None))
