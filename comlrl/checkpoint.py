@@ -7,11 +7,19 @@ Layout of ``output_dir/checkpoint-{step}/``::
     scheduler-<name>.pt                 LR scheduler state dicts
     rng_state.json                      every random stream: the global ones and the trainer's generators
     extra/<name>/                       trainer payloads (replay index, comparator snapshots, ...)
-    trainer_state.json                  step, data cursor, metrics so far (written last)
+    trainer_state.json                  step, data cursor, metrics so far, and the size of every other
+                                        file (written last)
 
 A checkpoint is built in a hidden temporary folder inside ``output_dir`` and renamed into place, so a
 ``checkpoint-{step}`` folder is always complete; a crash leaves at most a hidden ``.tmp-*`` folder, which
-:func:`latest_checkpoint` ignores.
+:func:`latest_checkpoint` ignores and :func:`comlrl.atomic_io.remove_stale_temporaries` removes on resume.
+A write that fails (a full disk) raises :class:`~comlrl.atomic_io.WriteError` naming the checkpoint and
+leaves the earlier checkpoints as they were.
+
+``trainer_state.json`` and ``rng_state.json`` carry ``format_version`` (files written before it was added
+read as version 1). Loading checks everything it can before it changes any live object: both JSON files
+parse and have a supported version, and every file listed in the trainer state is there with its recorded
+size; a damaged checkpoint raises :class:`CheckpointError` naming the file.
 """
 
 from __future__ import annotations
@@ -22,7 +30,6 @@ import os
 import random
 import re
 import shutil
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,17 +38,60 @@ from typing import Any
 import numpy as np
 import torch
 
-from comlrl.atomic_io import atomic_replace_dir, atomic_write_json
+from comlrl.atomic_io import (
+    atomic_replace_dir,
+    atomic_write_json,
+    atomic_write_stream,
+    scratch_dir,
+    write_error,
+)
 from comlrl.seeding import rng_state, set_rng_state
 
 CHECKPOINT_PREFIX = "checkpoint-"
 TRAINER_STATE_FILE = "trainer_state.json"
 RNG_STATE_FILE = "rng_state.json"
 EXTRA_DIR = "extra"
+CHECKPOINT_FORMAT_VERSION = 1
+MANIFEST_KEY = "files"
 _CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
 _FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 Generator = torch.Generator | np.random.Generator | random.Random
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file is damaged, missing or of an unsupported format (the message names the file)."""
+
+
+def check_format_version(data: Mapping, path: str | os.PathLike, supported: int = CHECKPOINT_FORMAT_VERSION) -> int:
+    """The ``format_version`` of a JSON object read from ``path`` (absent: 1, the files written before the
+    field existed); any other than ``supported`` raises :class:`CheckpointError` naming both."""
+    version = data.get("format_version", 1)
+    if version != supported:
+        raise CheckpointError(
+            f"{path}: `format_version` is {version!r}, this version of comlrl reads {supported}; it was written "
+            "by another version"
+        )
+    return version
+
+
+def read_json_object(path: str | os.PathLike) -> dict:
+    """The JSON object in ``path``; a missing file, invalid JSON or another JSON type raises
+    :class:`CheckpointError` naming the file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: file is missing") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f"{path}: cannot be read ({exc})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
 
 
 @dataclass
@@ -62,14 +112,28 @@ class TrainerState:
             raise ValueError(f"`step` must be an int >= 0, got {self.step!r}")
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return {"format_version": CHECKPOINT_FORMAT_VERSION, **asdict(self)}
 
     @classmethod
-    def from_json(cls, data: Mapping) -> TrainerState:
-        unknown = set(data) - {"step", "data_cursor", "log_history", "extra"}
+    def from_json(cls, data: Mapping, path: str | os.PathLike = TRAINER_STATE_FILE) -> TrainerState:
+        """Parse :meth:`to_json` output (the file manifest of a checkpoint aside); errors name ``path`` and
+        the field."""
+        check_format_version(data, path)
+        fields = {k: v for k, v in data.items() if k not in ("format_version", MANIFEST_KEY)}
+        unknown = set(fields) - {"step", "data_cursor", "log_history", "extra"}
         if unknown:
-            raise ValueError(f"{TRAINER_STATE_FILE} has unknown fields {sorted(unknown)}")
-        return cls(**data)
+            raise CheckpointError(f"{path} has unknown fields {sorted(unknown)}")
+        if "step" not in fields:
+            raise CheckpointError(f"{path}: field 'step' is missing")
+        for name, kind in (("log_history", list), ("extra", dict)):
+            if name in fields and not isinstance(fields[name], kind):
+                raise CheckpointError(
+                    f"{path}: field {name!r} must be a {kind.__name__}, got {type(fields[name]).__name__}"
+                )
+        try:
+            return cls(**fields)
+        except ValueError as exc:
+            raise CheckpointError(f"{path}: {exc}") from None
 
 
 # ---------------------------------------------------------------------------------------- random streams
@@ -267,24 +331,29 @@ def save_checkpoint(
     final = checkpoint_path(output_dir, state.step)
     # Snapshot the random streams before anything else runs: saving must not shift them.
     rng = capture_rng(generators)
-    scratch = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=output_dir))
+    scratch = scratch_dir(output_dir, final.name)
     try:
         if policy is not None:
             policy.save(scratch)
-        for name, optimizer in optimizers.items():
-            torch.save(optimizer.state_dict(), scratch / f"optimizer-{name}.pt")
-        for name, scheduler in schedulers.items():
-            torch.save(scheduler.state_dict(), scratch / f"scheduler-{name}.pt")
-        atomic_write_json(scratch / RNG_STATE_FILE, rng)
+        for kind, objects in (("optimizer", optimizers), ("scheduler", schedulers)):
+            for name, obj in objects.items():
+                state_dict = obj.state_dict()
+                atomic_write_stream(scratch / f"{kind}-{name}.pt", lambda f, sd=state_dict: torch.save(sd, f))
+        atomic_write_json(scratch / RNG_STATE_FILE, {"format_version": CHECKPOINT_FORMAT_VERSION, **rng})
         for name, write in extra.items():
             target = scratch / EXTRA_DIR / name
             target.mkdir(parents=True)
             write(target)
-        atomic_write_json(scratch / TRAINER_STATE_FILE, state.to_json())
+        record = {**state.to_json(), MANIFEST_KEY: _manifest(scratch)}
+        atomic_write_json(scratch / TRAINER_STATE_FILE, record)
         atomic_replace_dir(scratch, final)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(scratch, ignore_errors=True)
-        raise
+        kept = f"latest complete checkpoint: {latest_checkpoint(output_dir) or 'none'} (unchanged)"
+        wrapped = write_error(final, exc, note=kept)
+        if wrapped is None:
+            raise
+        raise wrapped from exc
     if save_total_limit is not None:
         rotate_checkpoints(output_dir, save_total_limit, keep=final)
     return final
@@ -298,11 +367,48 @@ def extra_dir(checkpoint: str | os.PathLike, name: str) -> Path:
     return path
 
 
+def _manifest(folder: Path) -> dict[str, int]:
+    """``{relative path: size in bytes}`` of every file under ``folder``."""
+    return {
+        path.relative_to(folder).as_posix(): path.stat().st_size
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+
+
 def read_trainer_state(checkpoint: str | os.PathLike) -> TrainerState:
     path = Path(checkpoint) / TRAINER_STATE_FILE
     if not path.is_file():
         raise FileNotFoundError(f"no {TRAINER_STATE_FILE} in {checkpoint}: not a complete checkpoint")
-    return TrainerState.from_json(json.loads(path.read_text(encoding="utf-8")))
+    return TrainerState.from_json(read_json_object(path), path)
+
+
+def verify_checkpoint(checkpoint: str | os.PathLike) -> None:
+    """Check, without loading anything, that a checkpoint is whole: its trainer state and random streams
+    parse with a supported version, and every file its trainer state lists is there with the recorded
+    size (checkpoints written before the list existed are checked for the first two only). Raises
+    :class:`CheckpointError` naming the first bad file."""
+    checkpoint = Path(checkpoint)
+    state_path = checkpoint / TRAINER_STATE_FILE
+    if not state_path.is_file():
+        raise FileNotFoundError(f"no {TRAINER_STATE_FILE} in {checkpoint}: not a complete checkpoint")
+    data = read_json_object(state_path)
+    TrainerState.from_json(data, state_path)
+    manifest = data.get(MANIFEST_KEY, {})
+    if not isinstance(manifest, dict):
+        raise CheckpointError(f"{state_path}: field {MANIFEST_KEY!r} must map file names to sizes")
+    for name, size in manifest.items():
+        path = checkpoint / name
+        if not path.is_file():
+            raise CheckpointError(f"{path}: file is missing from the checkpoint (listed in {TRAINER_STATE_FILE})")
+        found = path.stat().st_size
+        if found != size:
+            raise CheckpointError(
+                f"{path}: is {found} bytes but {TRAINER_STATE_FILE} recorded {size}; the file is damaged "
+                f"({'truncated' if found < size else 'changed'} since the checkpoint was written)"
+            )
+    rng_path = checkpoint / RNG_STATE_FILE
+    check_format_version(read_json_object(rng_path), rng_path)
 
 
 def load_checkpoint(
@@ -322,15 +428,24 @@ def load_checkpoint(
     of filling an existing one, use ``MultiAgentPolicy.load(checkpoint)`` (the layout is at its root).
     """
     checkpoint = Path(checkpoint)
+    # Everything is read and checked before the first live object changes: no partial load.
+    verify_checkpoint(checkpoint)
     state = read_trainer_state(checkpoint)
-    if policy is not None:
-        policy.load_weights_(checkpoint)
+    rng = read_json_object(checkpoint / RNG_STATE_FILE)
+    rng.pop("format_version", None)
+    saved: list[tuple[Any, dict]] = []
     for kind, objects in (("optimizer", optimizers), ("scheduler", schedulers)):
         for name, obj in (objects or {}).items():
             path = checkpoint / f"{kind}-{name}.pt"
             if not path.is_file():
                 raise FileNotFoundError(f"checkpoint {checkpoint} has no {kind} {name!r} ({path.name})")
-            obj.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
-    rng = json.loads((checkpoint / RNG_STATE_FILE).read_text(encoding="utf-8"))
+            try:
+                saved.append((obj, torch.load(path, map_location="cpu", weights_only=True)))
+            except Exception as exc:
+                raise CheckpointError(f"{path}: cannot be read ({type(exc).__name__}: {exc})") from None
+    if policy is not None:
+        policy.load_weights_(checkpoint)
+    for obj, state_dict in saved:
+        obj.load_state_dict(state_dict)
     restore_rng(rng, generators, restore_global=restore_global_rng)
     return state

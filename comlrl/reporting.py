@@ -2,18 +2,29 @@
 
 Every run writes ``output_dir/metrics.jsonl`` (one JSON object per logged step); tensorboard and wandb are
 imported only when asked for, with an install hint when missing.
+
+Each line carries ``"format_version": 1`` after the metrics (lines written before it existed read as
+version 1). A line is appended in one write and truncated back when that fails
+(:func:`comlrl.atomic_io.append_line`), so this code never leaves half a line; :func:`read_metrics` still
+drops a torn last line left by an older writer, with a warning naming the file and line.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import math
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from comlrl.atomic_io import append_line, atomic_write_text
+
+logger = logging.getLogger(__name__)
+
+METRICS_FORMAT_VERSION = 1
 REPORT_TO_CHOICES = ("tensorboard", "wandb")
 KNOWN_REPORTERS = ("none", *REPORT_TO_CHOICES)  # the names besides "all"
 
@@ -63,6 +74,49 @@ def _finite_scalars(metrics: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
+class MetricsFileError(ValueError):
+    """A metrics JSONL file holds a line that is not a record of a supported version."""
+
+
+def _metrics_line(record: Mapping[str, Any]) -> str:
+    return json.dumps({**record, "format_version": METRICS_FORMAT_VERSION})
+
+
+def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The records of a ``metrics.jsonl`` file, without their ``format_version`` (blank lines skipped).
+
+    A last line without its newline that does not parse is the torn end of an interrupted write: it is
+    dropped with a warning naming the file and line. Any other bad line, or a version other than
+    :data:`METRICS_FORMAT_VERSION`, raises :class:`MetricsFileError` naming the file and line.
+    """
+    path = Path(path)
+    text = path.read_text(encoding="utf-8", errors="replace")
+    lines = text.split("\n")
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if number == len(lines):  # no newline after it: the write was cut short
+                logger.warning(
+                    "%s, line %d: torn last line (%d bytes, an interrupted write) dropped", path, number, len(line)
+                )
+                break
+            raise MetricsFileError(f"{path}, line {number}: not a JSON record ({exc})") from None
+        if not isinstance(record, dict):
+            raise MetricsFileError(f"{path}, line {number}: expected a JSON object, got {type(record).__name__}")
+        version = record.pop("format_version", 1)
+        if version != METRICS_FORMAT_VERSION:
+            raise MetricsFileError(
+                f"{path}, line {number}: `format_version` is {version!r}, this version of comlrl reads "
+                f"{METRICS_FORMAT_VERSION}"
+            )
+        records.append(record)
+    return records
+
+
 class MetricsLogger:
     """Writes each ``log(metrics, step)`` to ``metrics.jsonl`` and the configured reporters."""
 
@@ -85,6 +139,7 @@ class MetricsLogger:
         self.history: list[dict[str, Any]] = []
         self._tb = None
         self._wandb_run = None
+        self._tail_checked = False
         if "tensorboard" in self.reporters:
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -102,12 +157,14 @@ class MetricsLogger:
             self._wandb_run = wandb.init(config=dict(config or {}), **kwargs)
 
     def log(self, metrics: Mapping[str, Any], step: int) -> dict[str, float]:
+        """Append one record; a failed write raises :class:`~comlrl.atomic_io.WriteError` naming the file
+        (which is left as it was) and the record is not kept."""
         scalars = _finite_scalars(metrics)
         record = {"step": int(step), **scalars}
+        if not self._tail_checked:
+            self._drop_torn_tail()
+        append_line(self.path, _metrics_line(record))
         self.history.append(record)
-        with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
-            handle.flush()
         if self._tb is not None:
             for key, value in scalars.items():
                 self._tb.add_scalar(key, value, step)
@@ -115,18 +172,35 @@ class MetricsLogger:
             self._wandb_run.log(scalars, step=step)
         return scalars
 
+    def _drop_torn_tail(self) -> None:
+        """Before the first append: cut a torn last line (no newline) an interrupted writer left, so the
+        next record starts on a line of its own."""
+        self._tail_checked = True
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return
+        if data and not data.endswith(b"\n"):
+            keep = data.rfind(b"\n") + 1
+            logger.warning(
+                "%s, line %d: torn last line (%d bytes, an interrupted write) dropped",
+                self.path,
+                data.count(b"\n") + 1,
+                len(data) - keep,
+            )
+            atomic_write_text(self.path, data[:keep].decode("utf-8", errors="replace"))
+
+    def rewrite(self, records: Iterable[Mapping[str, Any]]) -> None:
+        """Replace the file (atomically) and the history with ``records``."""
+        self.history = [dict(r) for r in records]
+        atomic_write_text(self.path, "".join(_metrics_line(r) + "\n" for r in self.history))
+        self._tail_checked = True
+
     def truncate_after(self, step: int) -> None:
         """On resume, drop JSONL lines logged after the checkpoint's step (they will be logged again)."""
         if not self.path.exists():
             return
-        kept = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
-            if line.strip() and json.loads(line).get("step", 0) <= step:
-                kept.append(line)
-        from comlrl.atomic_io import atomic_write_text
-
-        atomic_write_text(self.path, "".join(k + "\n" for k in kept))
-        self.history = [json.loads(k) for k in kept]
+        self.rewrite(r for r in read_metrics(self.path) if r.get("step", 0) <= step)
 
     def close(self) -> None:
         if self._tb is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from numbers import Integral
 
 import numpy as np
 import torch
@@ -29,10 +30,20 @@ def derive_seed(*parts: int | str) -> int:
 
 
 def seed_everything(seed: int) -> None:
-    """Seed Python, numpy and torch global generators (for code we do not control, e.g. model init)."""
+    """Seed the global streams: Python's ``random``, numpy's legacy ``np.random`` and torch (CPU and every
+    CUDA device).
+
+    Our code draws only from named, derived generators; this is for code we do not control (a user's
+    reward function, a library's init). Runs call it at their start (``run.seed`` for each pipeline stage,
+    a trainer's seed on a fresh ``train()``), so the same seed gives the same draws in every process, and a
+    checkpoint restores the streams as they were when it was written.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, Integral):
+        raise ValueError(f"`seed` must be an integer, got {seed!r}")
+    seed = int(seed)  # trainer configs accept any integer (numpy's too, negative ones too)
     random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)  # numpy's legacy seeding takes 32 bits, torch's 64
+    torch.manual_seed(seed % 2**64)
 
 
 def rng_state() -> dict:

@@ -36,8 +36,13 @@ The run folder (``run.output_dir``)::
 Resume (``run.resume``): the stages done are skipped, the policies are restored from the last finished
 training stage, and an interrupted RL stage continues from its latest checkpoint exactly as the
 uninterrupted run would have. A resumed run must use the same config (``run.*`` switches aside).
+The global random streams (Python, numpy, torch) are seeded from ``run.seed`` when the run starts and
+again from ``derive_seed(run.seed, "stage", folder)`` when each stage starts; an RL stage's checkpoint
+restores them as they were when it was written.
 A run that ended before its first stage finished holds nothing to keep: the next command into its folder,
-resumed or not, starts afresh whatever its config (and says so).
+resumed or not, starts afresh whatever its config (and says so). A resume first removes what writes cut short
+by a kill left in the run folder (:func:`comlrl.atomic_io.remove_stale_temporaries`, logged), and refuses a
+``pipeline_state.json`` that does not parse or has another ``version`` with an error naming the file.
 """
 
 from __future__ import annotations
@@ -51,7 +56,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from comlrl.atomic_io import atomic_write_json
+from comlrl.atomic_io import atomic_write_json, remove_stale_temporaries
+from comlrl.seeding import derive_seed, seed_everything
 from pettingllms.config.loader import (
     RESOLVED_CONFIG_FILE,
     ConfigError,
@@ -102,6 +108,7 @@ PIPELINE_STATE_FILE = "pipeline_state.json"
 POLICIES_DIR = "policies"
 PLOTS_DIR = "plots"
 STATE_FORMAT = "pettingllms-pipeline"
+STATE_VERSION = 1
 # ``run`` keys that may differ between a run and its resumption.
 RUN_SWITCHES = ("run.resume", "run.overwrite", "run.progress")
 
@@ -247,8 +254,33 @@ class Pipeline:
     def _write_state(self, completed: list[dict[str, Any]]) -> None:
         atomic_write_json(
             self.state_path,
-            {"format": STATE_FORMAT, "version": 1, "plan": [list(p) for p in self.plan], "completed": completed},
+            {"format": STATE_FORMAT, "version": STATE_VERSION, "plan": [list(p) for p in self.plan], "completed": completed},
         )
+
+    def _read_state(self) -> dict[str, Any]:
+        """``pipeline_state.json``, checked: a JSON object of this format and version whose ``completed``
+        entries name a stage and folder (errors name the file and the field)."""
+        path = self.state_path
+        try:
+            state = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+            found = state.get("format") if isinstance(state, dict) else type(state).__name__
+            raise ConfigError(f"{path}: `format` is {found!r}, expected {STATE_FORMAT!r}")
+        if state.get("version", 1) != STATE_VERSION:
+            raise ConfigError(
+                f"{path}: `version` is {state['version']!r}, this version of pettingllms reads {STATE_VERSION}"
+            )
+        completed = state.get("completed")
+        if not isinstance(completed, list):
+            raise ConfigError(f"{path}: field 'completed' must be a list, got {type(completed).__name__}")
+        for i, entry in enumerate(completed):
+            if not isinstance(entry, dict) or not all(isinstance(entry.get(k), str) for k in ("stage", "folder")):
+                raise ConfigError(f"{path}: completed[{i}] must hold the strings 'stage' and 'folder', got {entry!r}")
+            if not isinstance(entry.get("metrics", {}), dict):
+                raise ConfigError(f"{path}: completed[{i}].metrics must be an object")
+        return state
 
     def _finished_no_stage(self) -> bool:
         """Whether the run folder holds a run that ended before its first stage finished (nothing to keep)."""
@@ -273,15 +305,16 @@ class Pipeline:
                 raise ConfigError(
                     f"`run.resume`: {self.run_dir} holds no pipeline run to resume (no {PIPELINE_STATE_FILE})"
                 )
-            saved = load_yaml_file(self.run_dir / RESOLVED_CONFIG_FILE)
+            remove_stale_temporaries(self.run_dir)
+            config_path = self.run_dir / RESOLVED_CONFIG_FILE
+            saved = load_yaml_file(config_path)
             changed = config_differences(saved, self.config, ignore=RUN_SWITCHES)
             if changed:
                 raise ConfigError(
-                    f"`run.resume`: the config differs from the one {self.run_dir} was started with, at "
-                    f"{changed[:8]}; resume with the same config"
+                    f"`run.resume`: the config differs from the one {self.run_dir} was started with "
+                    f"({config_path}), at {changed[:8]}; resume with the same config"
                 )
-            state = json.loads(self.state_path.read_text(encoding="utf-8"))
-            completed = list(state["completed"])
+            completed = list(self._read_state()["completed"])
             for entry, (stage, folder) in zip(completed, self.plan):
                 if (entry["stage"], entry["folder"]) != (stage, folder):
                     raise ConfigError(f"{self.state_path}: stage {entry['folder']!r} does not match the plan {self.plan}")
@@ -304,7 +337,10 @@ class Pipeline:
         return []
 
     def _remove_previous_run(self) -> None:
-        state = json.loads(self.state_path.read_text(encoding="utf-8"))
+        try:
+            state = self._read_state()
+        except ConfigError:  # a damaged state still names no other folders than this plan's
+            state = {"plan": self.plan}
         folders = {folder for _, folder in state.get("plan", [])} | {POLICIES_DIR, PLOTS_DIR}
         for name in sorted(folders):
             path = self.run_dir / name
@@ -319,6 +355,8 @@ class Pipeline:
         from comlrl.reporting import MetricsLogger
 
         completed = self._prepare()
+        seed = self.config["run"]["seed"]
+        seed_everything(seed)  # the global streams, for code we do not control (model loading, user code)
         if self._policy is None:
             model, level = self.config["model"], self.config["policy"]["level"]
             self.say(f"loading model {model['name']} (policy level {level}, device {model['device']}) ...")
@@ -346,6 +384,8 @@ class Pipeline:
             )
             context.stage_dir.mkdir(parents=True, exist_ok=True)
             started = time.perf_counter()
+            # Each stage starts from its own seed, so a stage rerun by a resume starts as it did the first time.
+            seed_everything(derive_seed(seed, "stage", folder))
             metrics = {k: float(v) for k, v in STAGE_RUNNERS[stage](context).items()}
             entry: dict[str, Any] = {
                 "stage": stage, "folder": folder, "metrics": metrics, "seconds": time.perf_counter() - started,

@@ -58,9 +58,10 @@ LABELS = {
 
 
 def read_metrics(path: str | Path) -> list[dict[str, float]]:
-    """The records of a ``metrics.jsonl`` file (blank lines skipped)."""
-    path = Path(path)
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    """The records of a ``metrics.jsonl`` file (blank lines skipped; :func:`comlrl.reporting.read_metrics`)."""
+    from comlrl.reporting import read_metrics as read_records
+
+    return read_records(path)
 
 
 def select_series(

@@ -19,14 +19,21 @@ Saved layout (:meth:`MultiAgentPolicy.save`)::
     dir/lora/base/                    LoRA arrangement: the base model + tokenizer, saved once
     dir/lora/adapters/<policy>/       ... and each adapter in peft's format
     dir/lora/lora_group.json          ... and which adapter serves which agents
+
+Saving writes every folder into a hidden scratch folder first and only then renames them into place, the
+layout file last: a write that fails (a full disk) raises :class:`~comlrl.atomic_io.WriteError` naming the
+folder and leaves the policies saved there before unchanged. Loading checks the layout's format and
+version and every weights file (present, not truncated) before any weight is copied, and raises
+:class:`PolicyFileError` naming the file.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
-import tempfile
+import struct
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,7 +44,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from comlrl.atomic_io import atomic_replace_dir, atomic_write_json
+from comlrl.atomic_io import atomic_replace_dir, atomic_write_json, scratch_dir, write_error
 from comlrl.policy.lora import (
     adapter_parameters,
     load_adapter_weights_,
@@ -62,6 +69,11 @@ _POLICY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 
 ModelSpec = nn.Module | str | os.PathLike
 AgentRef = int | str
+
+
+class PolicyFileError(ValueError):
+    """A saved policy folder is damaged, incomplete or of another format version (the message names the
+    file)."""
 
 
 @dataclass(eq=False)
@@ -440,10 +452,16 @@ class MultiAgentPolicy:
         """Write one folder per policy (a LoRA arrangement: base once, one folder per adapter) and
         ``policy_layout.json``. Each folder is replaced atomically; the layout file is written last."""
         directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        for group in self._groups:
-            scratch = Path(tempfile.mkdtemp(prefix=f".tmp-{group.key}-", dir=directory))
-            try:
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise write_error(directory, exc) from exc
+        # Every folder is written before any is replaced, so a failed write changes nothing there.
+        scratches: list[tuple[Path, Path]] = []
+        try:
+            for group in self._groups:
+                scratch = scratch_dir(directory, group.key)
+                scratches.append((scratch, directory / group.key))
                 if group.kind == "model":
                     group.model.save_pretrained(scratch)
                     group.tokenizer.save_pretrained(scratch)
@@ -462,11 +480,16 @@ class MultiAgentPolicy:
                             "agents": {p: self.agents_of(p) for p in group.policies},
                         },
                     )
-                atomic_replace_dir(scratch, directory / group.key)
-            except BaseException:
+            for scratch, final in scratches:
+                atomic_replace_dir(scratch, final)
+            atomic_write_json(directory / LAYOUT_FILE, self.layout())
+        except BaseException as exc:
+            for scratch, _ in scratches:
                 shutil.rmtree(scratch, ignore_errors=True)
+            wrapped = write_error(directory, exc, note="the policies saved there before are unchanged")
+            if wrapped is None:
                 raise
-        atomic_write_json(directory / LAYOUT_FILE, self.layout())
+            raise wrapped from exc
         return directory
 
     @classmethod
@@ -482,6 +505,7 @@ class MultiAgentPolicy:
 
         directory = Path(directory)
         layout = read_layout(directory)
+        check_weight_files(directory, layout)
         mapping = layout["agent_to_policy"]
         devices = _normalise_devices(device, mapping, list(layout["policies"]))
         groups: list[_Group] = []
@@ -530,6 +554,7 @@ class MultiAgentPolicy:
                 raise ValueError(
                     f"saved policy folder {key!r} ({saved}) does not match this policy's ({info})"
                 )
+        check_weight_files(directory, layout)  # before the first weight is copied: no partial load
         for group in self._groups:
             path = directory / layout["groups"][group.key]["path"]
             if group.kind == "model":
@@ -551,19 +576,72 @@ class MultiAgentPolicy:
 
 
 def read_layout(directory: str | os.PathLike) -> dict:
-    """The ``policy_layout.json`` of a saved policy folder, checked for format."""
-    import json
-
+    """The ``policy_layout.json`` of a saved policy folder, checked for format, version and fields."""
     path = Path(directory) / LAYOUT_FILE
     if not path.exists():
         raise FileNotFoundError(f"no {LAYOUT_FILE} in {directory}: not a saved MultiAgentPolicy folder")
-    layout = json.loads(path.read_text(encoding="utf-8"))
-    if layout.get("format") != LAYOUT_FORMAT or layout.get("format_version") != LAYOUT_VERSION:
-        raise ValueError(
-            f"{path}: `format` {layout.get('format')!r} v{layout.get('format_version')!r} is not "
-            f"{LAYOUT_FORMAT!r} v{LAYOUT_VERSION}"
+    try:
+        layout = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PolicyFileError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(layout, dict) or layout.get("format") != LAYOUT_FORMAT:
+        found = layout.get("format") if isinstance(layout, dict) else type(layout).__name__
+        raise PolicyFileError(f"{path}: `format` is {found!r}, expected {LAYOUT_FORMAT!r}")
+    if layout.get("format_version") != LAYOUT_VERSION:
+        raise PolicyFileError(
+            f"{path}: `format_version` is {layout.get('format_version')!r}, this version of comlrl reads "
+            f"{LAYOUT_VERSION}"
         )
+    for key, kind in (("arrangement", str), ("agents", list), ("agent_to_policy", dict), ("policies", dict),
+                      ("groups", dict)):
+        if not isinstance(layout.get(key), kind):
+            raise PolicyFileError(f"{path}: field {key!r} must be a {kind.__name__}, got {layout.get(key)!r}")
     return layout
+
+
+def _check_safetensors(path: Path) -> None:
+    """A safetensors file whose header parses and whose tensors all lie inside the file."""
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as handle:
+            (header_len,) = struct.unpack("<Q", handle.read(8))
+            if 8 + header_len > size:
+                raise ValueError(f"its header needs {8 + header_len} bytes")
+            header = json.loads(handle.read(header_len))
+        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+    except (struct.error, ValueError, KeyError, TypeError, IndexError) as exc:
+        raise PolicyFileError(f"{path}: not a whole safetensors file ({size} bytes; {exc})") from None
+    if 8 + header_len + end > size:
+        raise PolicyFileError(
+            f"{path}: truncated safetensors file ({size} bytes, its header describes {8 + header_len + end})"
+        )
+
+
+def _check_model_folder(path: Path, weights: Sequence[str]) -> None:
+    if not path.is_dir():
+        raise PolicyFileError(f"{path}: saved policy folder is missing")
+    if not any((path / name).is_file() for name in weights):
+        raise PolicyFileError(f"{path}: no weights file ({' or '.join(weights)}) in the saved policy folder")
+    for file in sorted(path.glob("*.safetensors")):
+        _check_safetensors(file)
+
+
+def check_weight_files(directory: str | os.PathLike, layout: Mapping) -> None:
+    """Every folder and weights file a layout names is there and whole (safetensors headers and sizes);
+    raises :class:`PolicyFileError` naming the first that is not."""
+    directory = Path(directory)
+    model_weights = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+    for info in layout["groups"].values():
+        path = directory / info["path"]
+        if info["kind"] == "model":
+            _check_model_folder(path, model_weights)
+            if not (path / "config.json").is_file():
+                raise PolicyFileError(f"{path / 'config.json'}: file is missing from the saved policy folder")
+        elif info["kind"] == "lora":
+            _check_model_folder(path / "base", model_weights)
+            for policy in info["policies"]:
+                adapter = path / "adapters" / layout["policies"][policy]["adapter"]
+                _check_model_folder(adapter, ("adapter_model.safetensors", "adapter_model.bin"))
 
 
 def _normalise_devices(device, mapping: Mapping[str, str], policy_names: Sequence[str]) -> dict[str, str]:

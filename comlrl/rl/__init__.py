@@ -8,6 +8,8 @@
 - :mod:`comlrl.rl.values`: critic loss (with PPO value clipping), single-turn critic advantages,
   explained variance.
 - :mod:`comlrl.rl.masking`: masked sum / mean / var / whiten.
+- :mod:`comlrl.rl.finite`: which of a step's quantities are non-finite, and the groups a non-finite reward
+  drops.
 """
 
 from comlrl.rl.advantages import (
@@ -24,6 +26,7 @@ from comlrl.rl.advantages import (
     mix_rewards,
     raw_returns,
 )
+from comlrl.rl.finite import finite_group_mask, is_finite, nonfinite_names
 from comlrl.rl.kl import KL_ESTIMATORS, kl_penalized_rewards, per_token_kl, sequence_kl
 from comlrl.rl.losses import (
     LOSS_TYPES,
@@ -49,10 +52,12 @@ __all__ = [
     "compute_advantages",
     "critic_advantages",
     "explained_variance",
+    "finite_group_mask",
     "group_ids_from_keys",
     "group_max_baseline",
     "group_mean_baseline",
     "group_stats",
+    "is_finite",
     "kl_penalized_rewards",
     "leave_one_out_baseline",
     "masked_entropy",
@@ -61,6 +66,7 @@ __all__ = [
     "masked_var",
     "masked_whiten",
     "mix_rewards",
+    "nonfinite_names",
     "per_token_kl",
     "policy_gradient_loss",
     "ppo_clip_loss",

@@ -13,15 +13,28 @@ What every run gets (Linux):
 * when the trainer is root, an unprivileged uid: one dedicated uid per worker slot (``uid_base`` +
   slot, reserved across processes with ``flock`` under ``/run/pettingllms-sandbox``), gid of the same
   number, no supplementary groups; ``user="nobody"`` shares one account instead;
-* namespaces where the kernel allows them: network (the host's network, loopback included, is out of
+* namespaces: network (the host's network, loopback and abstract unix sockets included, is out of
   reach; the run has its own loopback), pid (every process of the run, ``setsid()`` daemons included,
-  dies with it), mount (host file systems read-only, one tmpfs of ``scratch_mb`` for the working
-  directory, ``/tmp``, ``/var/tmp`` and ``/dev/shm``, a private ``/proc``), IPC and UTS. As non-root, a
-  user namespace provides them. The pool probes them at start: ``network_isolated``, ``pid_isolated``,
-  ``filesystem_isolated`` say what holds, ``isolation_notes`` why something does not, and a warning is
-  logged; ``network_isolation="require"`` turns a missing network namespace into a start-up error;
+  dies with it), mount, IPC and UTS. As non-root, a user namespace provides them. The mount namespace
+  gives the run its own file-system view (``rootfs.py``): a fresh read-only root holding only ``/usr``,
+  ``/etc``, ``/bin``/``/sbin``/``/lib*`` and the interpreter's own folders (read-only binds), a
+  ``/dev`` of ``null``/``zero``/``full``/``random``/``urandom``, a private ``/proc``, and one tmpfs
+  of ``scratch_mb`` for the working directory, ``/tmp``, ``/var/tmp`` and ``/dev/shm``. No ``/run``,
+  ``/var/run``, ``/var/lib``, ``/dev/log``, ``/sys``, ``/home`` or ``/root``: no host unix socket
+  (D-Bus, journald, a database's) can be connected to, which a read-only bind would not prevent;
+* the pool probes the namespaces at start. With ``isolation="strict"`` (the default) it refuses to
+  start when the kernel refuses one (:class:`SandboxError` naming it and how to opt in);
+  ``isolation="best_effort"`` runs with what holds, logs a warning and says what is missing in
+  ``isolation_notes``; ``network_isolated``, ``pid_isolated``, ``filesystem_isolated`` say what holds.
+  ``network_isolation="require"`` refuses a missing network namespace under either mode; ``"off"``
+  disables them all on purpose;
+* a memory cgroup per run where one can be made (root, or a delegated cgroup; v1 or v2, see
+  ``cgroup.py``): ``memory_mb`` then bounds the run as a whole (all its processes and its tmpfs files),
+  and an OOM kill reads ``status="killed", limit="memory"``; ``memory_per_run`` says whether it holds.
+  Elsewhere memory is limited per process only, and ``isolation_notes`` says so;
 * a per-run working directory (0700, owned by the sandbox uid, ``HOME``), removed afterwards; an
-  environment of PATH, LANG/LC_ALL, HOME, TMPDIR, USER/LOGNAME only (plus ``extra_env``);
+  environment of PATH, LANG/LC_ALL, HOME, TMPDIR, USER/LOGNAME only (plus ``extra_env``): nothing of
+  the trainer's, so no ``DBUS_SESSION_BUS_ADDRESS``, ``XDG_RUNTIME_DIR`` or ``SSH_AUTH_SOCK``;
 * a wall clock after which the run is killed (``timeout``), output capped per stream at
   ``max_output_bytes`` (more kills the run, ``limit="output"``), stdin fed from ``run(stdin=...)``.
 
@@ -49,17 +62,22 @@ programs need.
 
 Limits of the design (say so where it matters):
 
-* memory is limited per process (RLIMIT_AS), not per run: up to ``max_processes`` x ``memory_mb`` in
-  the worst case. A cgroup would bound the total; it is not used because it needs a delegated cgroup
-  tree.
-* as non-root, programs run under the trainer's own uid (inside a user namespace): they can read the
-  files the trainer can read. Run the trainer as root, or as a user without secrets on disk.
-* without namespaces (old kernels, locked-down containers) the network is reachable, files written to
-  other world-writable folders persist, and as non-root a daemon that calls ``setsid()`` outlives the
-  run (as root the dedicated uid is swept).
+* without a memory cgroup (non-root without a delegated cgroup, ``memory_scope="process"``) memory
+  is limited per process (RLIMIT_AS), not per run: up to ``max_processes`` x ``memory_mb`` in the worst
+  case. With one, RLIMIT_AS still bounds each process as well.
+* a unix socket file inside one of the folders the view binds (the system folders, the interpreter's
+  prefix and ``sys.path``) stays reachable; by convention none is there (sockets live in ``/run`` and
+  ``/tmp``).
+* as non-root, programs run under the trainer's own uid (inside a user namespace): in the folders the
+  view shows (``/etc``, ``/usr``, the interpreter's) they can read what the trainer can read. Run the
+  trainer as root, or keep its secrets out of those folders.
+* under ``isolation="best_effort"`` without namespaces (old kernels, locked-down containers) the
+  network and the host's unix sockets are reachable, files written to other world-writable folders
+  persist, and as non-root a daemon that calls ``setsid()`` outlives the run (as root the dedicated uid
+  is swept).
 """
 
-from pettingllms.sandbox.config import NETWORK_MODES, SandboxConfig
+from pettingllms.sandbox.config import ISOLATION_MODES, MEMORY_SCOPES, NETWORK_MODES, SandboxConfig
 from pettingllms.sandbox.judge import (
     COMPARE_MODES,
     VERDICT_STATUSES,
@@ -76,7 +94,9 @@ from pettingllms.sandbox.result import LIMITS, ExecutionResult, SandboxError, cl
 __all__ = [
     "COMPARE_MODES",
     "ExecutionResult",
+    "ISOLATION_MODES",
     "LIMITS",
+    "MEMORY_SCOPES",
     "NETWORK_MODES",
     "SandboxConfig",
     "SandboxError",

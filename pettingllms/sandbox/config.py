@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 NETWORK_MODES: tuple[str, ...] = ("auto", "require", "off")
+ISOLATION_MODES: tuple[str, ...] = ("strict", "best_effort")
+MEMORY_SCOPES: tuple[str, ...] = ("auto", "run", "process")
 
 #: Default first uid of the dedicated sandbox range. Uids need no passwd entry; this range sits far above
 #: the ones distributions allocate (system < 1000, users 1000-60000, nobody 65534) and above the usual
@@ -41,16 +43,36 @@ class SandboxConfig:
     Namespaces: a new network namespace (only its own, isolated loopback), pid namespace (a daemon that
     ``setsid()``\\ s away dies with the run), mount namespace (read-only host file systems, a private
     size-capped tmpfs for ``/tmp``, ``/var/tmp``, ``/dev/shm`` and the working directory, a private
-    ``/proc``), IPC and UTS namespaces. ``network_isolation="auto"`` uses them where the kernel allows
-    and logs a warning when it does not; ``"require"`` makes the pool fail to start instead; ``"off"``
-    disables all namespaces.
+    ``/proc``), IPC and UTS namespaces. The mount namespace also gives the run its own file-system view:
+    a fresh read-only root with only the system folders and the interpreter's own (see ``rootfs.py``),
+    so that no host unix socket (``/run``, ``/var/run``, ``/dev/log``, ...) can be reached.
+
+    ``isolation="strict"`` (the default): the pool refuses to start (:class:`SandboxError` naming the
+    namespaces the kernel refused) unless every namespace above holds. ``"best_effort"`` runs with
+    what the kernel allows instead (fewer namespaces, down to none), logs a warning and says what is
+    missing in ``pool.isolation_notes``. ``network_isolation="require"`` refuses to start without the
+    network namespace even under ``"best_effort"``; ``"off"`` disables all namespaces on purpose (no
+    refusal; the notes say so).
+
+    > Memory
+
+    ``memory_mb`` bounds each process's address space (RLIMIT_AS) and, with ``memory_scope="auto"``
+    where a memory cgroup can be made (root, or a delegated cgroup: see ``cgroup.py``), the run as a
+    whole: every process it starts plus the files it writes to its tmpfs; the kernel's OOM killer then
+    ends the run, reported as ``status="killed", limit="memory"``. ``"run"`` refuses to start without
+    such a cgroup; ``"process"`` never makes one (per-process limit only).
     """
 
     cpu_time_s: float = field(default=5.0, metadata={"help": "CPU-time limit (RLIMIT_CPU, whole seconds, "
                                                        "rounded up); SIGXCPU then SIGKILL 1 s later."})
     wall_time_s: float = field(default=10.0, metadata={"help": "Default wall-clock limit; the whole "
                                                         "process group is killed past it."})
-    memory_mb: int = field(default=512, metadata={"help": "Address-space limit per process (RLIMIT_AS)."})
+    memory_mb: int = field(default=512, metadata={"help": "Memory limit: per process (RLIMIT_AS) and, "
+                                                  "where a cgroup is available, per run (see "
+                                                  "memory_scope)."})
+    memory_scope: str = field(default="auto", metadata={"help": "auto | run | process: where memory_mb "
+                                                        "binds beyond each process (see class "
+                                                        "docstring)."})
     file_size_mb: int = field(default=16, metadata={"help": "Largest file a program may write "
                                                      "(RLIMIT_FSIZE)."})
     scratch_mb: int = field(default=64, metadata={"help": "Size of the private tmpfs that holds the "
@@ -73,8 +95,12 @@ class SandboxConfig:
                                                    "picks free uids from."})
     network_isolation: str = field(default="auto", metadata={"help": "auto | require | off (see class "
                                                               "docstring)."})
-    readonly_root: bool = field(default=True, metadata={"help": "Remount the host file systems "
-                                                        "read-only inside the mount namespace."})
+    isolation: str = field(default="strict", metadata={"help": "strict | best_effort: refuse to start, or "
+                                                       "run with weaker isolation, when the kernel "
+                                                       "refuses a namespace."})
+    readonly_root: bool = field(default=True, metadata={"help": "Bind the view's host folders (system, "
+                                                        "interpreter) read-only; the view's own root is "
+                                                        "read-only either way."})
     extra_env: dict[str, str] = field(default_factory=dict, metadata={"help": "Added to the program's "
                                                                       "minimal environment; never put "
                                                                       "secrets here."})
@@ -103,6 +129,11 @@ class SandboxConfig:
         if self.network_isolation not in NETWORK_MODES:
             raise ValueError(f"`network_isolation` must be one of {list(NETWORK_MODES)}, "
                              f"got {self.network_isolation!r}")
+        if self.isolation not in ISOLATION_MODES:
+            raise ValueError(f"`isolation` must be one of {list(ISOLATION_MODES)}, got {self.isolation!r}")
+        if self.memory_scope not in MEMORY_SCOPES:
+            raise ValueError(f"`memory_scope` must be one of {list(MEMORY_SCOPES)}, "
+                             f"got {self.memory_scope!r}")
         if self.python is not None and not self.python.startswith("/"):
             raise ValueError(f"`python` must be an absolute path, got {self.python!r}")
         self.python_args = tuple(self.python_args)

@@ -326,15 +326,16 @@ def _warm_imports():
 
 
 # --------------------------------------------------------------------------- the warm server (pid 1)
-# ``python -I judge_harness.py --serve``, exec'd by the launcher's init as pid 1 of the sandbox's
-# namespaces, still privileged, once per pool worker slot. Protocol on its stdin: one line with the
+# ``python -I judge_harness.py --serve [--cgroup-fd N]``, exec'd by the launcher's init as pid 1 of the
+# sandbox's namespaces, still privileged, once per pool worker slot. Protocol on its stdin: one line with the
 # launch spec (JSON, see launcher.py), then per program a header line ``{"nonce": str, "size": n}``
 # followed by ``n`` bytes of the harness payload. On its stdout: ``{"server_ready": true}`` once, then
 # per program the harness's own lines and, after a newline, ``{"done": nonce, "kind": "exit" |
 # "signal", "code": n, "cpu": s, "stderr": base64 tail, "stderr_bytes": n}``.
 #
-# Per program it forks one process that reads the payload (the server never holds a program, so no
-# program's text or tests can reach a later one through its memory), unshares a new mount and IPC
+# Per program it forks one process that joins the slot's memory cgroup (when the pool has one: fd N),
+# reads the payload (the server never holds a program, so no program's text or tests can reach a later
+# one through its memory), unshares a new mount and IPC
 # namespace with a fresh tmpfs scratch (no file or SysV/POSIX IPC object outlives the program), applies
 # the rlimits, drops to the slot's sandbox uid with no_new_privs, and runs the harness as above. When
 # that process ends, the server kills every other process of the pid namespace (``kill(-1)`` from its
@@ -386,8 +387,11 @@ def _load_launcher(source):
     return module
 
 
-def _program_process(spec, launcher, size):
-    """In the per-program child: payload, fresh namespaces and scratch, limits, uid. Returns the payload."""
+def _program_process(spec, launcher, size, cgroup_fd):
+    """In the per-program child: memory cgroup, payload, fresh namespaces and scratch, limits, uid.
+    Returns the payload."""
+    if cgroup_fd is not None:  # first: everything this process and its tests allocate is charged to it
+        launcher.join_cgroup(cgroup_fd)
     data = _read_exact(0, size)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)  # the server's request stream is never the program's to read
@@ -448,7 +452,8 @@ def _await_program(pid, err_fd):
     return wstatus, usage, tail, total
 
 
-def _server_main():
+def _server_main(cgroup_fd):
+    """``cgroup_fd``: the slot's memory cgroup's ``cgroup.procs``, opened by the launcher (or None)."""
     spec = json.loads(_read_line(0))
     launcher = _load_launcher(spec.pop("launcher_source"))
     _warm_imports()
@@ -465,13 +470,13 @@ def _server_main():
             try:
                 os.dup2(err_fd, 2)
                 os.close(err_fd)
-                box = [_program_process(spec, launcher, size)]
+                box = [_program_process(spec, launcher, size, cgroup_fd)]
             except BaseException as exc:  # noqa: BLE001 - a set-up failure ends this program only
                 try:
                     _write_all(2, f"sandbox set-up failed: {exc!r}\n".encode())
                 finally:
                     os._exit(70)
-            del spec, launcher, request, header, nonce, size
+            del spec, launcher, request, header, nonce, size, cgroup_fd
             # No reference to the payload stays in this frame, which the program could reach by
             # walking up its frames: _judge drops its own before the program runs.
             _judge(box.pop())  # never returns here: the harness and the test children exit themselves
@@ -489,7 +494,7 @@ def _server_main():
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--serve"]:
-        _server_main()
+    if sys.argv[1:2] == ["--serve"]:
+        _server_main(int(sys.argv[3]) if sys.argv[2:3] == ["--cgroup-fd"] else None)
     _warm_imports()
     _judge(json.loads(sys.stdin.buffer.read()))

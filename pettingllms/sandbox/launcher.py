@@ -8,12 +8,14 @@ threads), this fresh process does the privileged set-up instead. Three processes
 
 1. the **launcher** (session leader, started by the pool): enters new namespaces with ``unshare`` and
    forks;
-2. the **init** (pid 1 of the new pid namespace, still privileged, runs no model code): makes the
-   mounts, forks the program, reaps every process that ends up as its child and reports how the
+2. the **init** (pid 1 of the new pid namespace, still privileged, runs no model code): opens the
+   run's memory cgroup (``spec["cgroup"]``), builds the run's file-system view (``spec["view"]``, see
+   ``rootfs.py``: a fresh root, ``pivot_root``, the host's root detached) and the scratch, forks the
+   program, reaps every process that ends up as its child and reports how the
    program ended on the status pipe. When it exits, the kernel kills whatever is left in the
    namespace, including a daemon that left the process group with ``setsid()``;
-3. the **program**: applies the rlimits, drops to the sandbox uid/gid, sets ``no_new_privs`` and
-   ``exec``\\ s the interpreter on the code file.
+3. the **program**: joins the memory cgroup, applies the rlimits, drops to the sandbox uid/gid, sets
+   ``no_new_privs`` and ``exec``\\ s the interpreter on the code file.
 
 The status pipe carries one Python literal per line (``repr`` of a dict, read back with
 ``ast.literal_eval``): ``{"kind": "exit", "code": n, "cpu": s}``,
@@ -52,6 +54,18 @@ MS_REC = 16384
 MS_PRIVATE = 1 << 18
 MS_RELATIME = 1 << 21
 MS_STRICTATIME = 1 << 24
+
+MNT_DETACH = 2
+
+# pivot_root has no libc wrapper: its syscall number per machine (os.uname().machine).
+PIVOT_ROOT_SYSCALL = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "loongarch64": 41, "ppc64le": 203,
+                      "ppc64": 203, "s390x": 217, "i686": 217, "i386": 217, "armv7l": 218, "armv6l": 218}
+# Device nodes of the run's /dev (bound from the host's), and its links into /proc.
+DEVICES = ("null", "zero", "full", "random", "urandom")
+DEV_LINKS = (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+             ("stderr", "/proc/self/fd/2"))
+# Where the new root is assembled: the host's /tmp, hidden from the run anyway.
+VIEW_STAGING = "/tmp"
 
 PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
@@ -185,17 +199,94 @@ def mount_scratch(spec):
         os.chown(workdir, spec["uid"], spec["gid"])
 
 
+def _replicate_dirs(root, path):
+    """Create the folders of ``path`` under ``root`` with the host's owner and mode, so that a folder
+    closed to the sandbox uid on the host (``/root``) stays closed in the view."""
+    current = ""
+    for part in [p for p in path.split("/") if p]:
+        current += "/" + part
+        target = root + current
+        if os.path.lexists(target):
+            continue
+        st = os.stat(current)
+        os.mkdir(target)
+        try:
+            os.chown(target, st.st_uid, st.st_gid)
+        except OSError:
+            pass  # an id that is not mapped into the user namespace
+        os.chmod(target, st.st_mode & 0o7777)
+
+
+def _pivot_root():
+    """Make the current folder the root and detach the old one (see pivot_root(2), "." twice)."""
+    machine = os.uname().machine
+    number = PIVOT_ROOT_SYSCALL.get(machine)
+    if number is None:
+        raise SetupError("view", f"no pivot_root syscall number known for {machine!r}")
+    _check(_libc.syscall(ctypes.c_long(number), b".", b"."), "view", "pivot_root('.', '.')")
+    _check(_libc.umount2(b".", ctypes.c_int(MNT_DETACH)), "view", "umount2(old root, MNT_DETACH)")
+    os.chdir("/")
+
+
+def _enter_view(spec, status_fd):
+    """Replace the host's root with a fresh tmpfs root that holds only the folders of the pool's plan
+    (``spec["view"]``, see ``rootfs.py``), a minimal /dev and the run's /proc; read-only afterwards.
+    No host socket outside those folders (/run, /var/run, /var/lib, /dev/log, ...) is reachable."""
+    view = spec["view"]
+    new = VIEW_STAGING
+    _mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755", stage="view")
+    for link, target in view["symlinks"]:
+        _replicate_dirs(new, os.path.dirname(link))
+        os.symlink(target, new + link)
+    for path in view["binds"]:
+        _replicate_dirs(new, os.path.dirname(path))
+        if os.path.isdir(path):
+            os.mkdir(new + path)
+        else:
+            os.close(os.open(new + path, os.O_WRONLY | os.O_CREAT, 0o600))
+        _mount(path, new + path, None, MS_BIND | MS_REC, None, stage="view")
+    os.mkdir(new + "/dev")
+    os.chmod(new + "/dev", 0o755)
+    for name in DEVICES:
+        if os.path.exists("/dev/" + name):
+            os.close(os.open(new + "/dev/" + name, os.O_WRONLY | os.O_CREAT, 0o600))
+            _mount("/dev/" + name, new + "/dev/" + name, None, MS_BIND, None, stage="view")
+    for name, target in DEV_LINKS:
+        os.symlink(target, new + "/dev/" + name)
+    for folder, mode in (("/dev/shm", 0o1777), ("/tmp", 0o1777), ("/proc", 0o555)):
+        os.mkdir(new + folder)
+        os.chmod(new + folder, mode)
+    if os.path.isdir("/var/tmp") and not os.path.lexists(new + "/var/tmp"):
+        _replicate_dirs(new, "/var")
+        os.mkdir(new + "/var/tmp")
+        os.chmod(new + "/var/tmp", 0o1777)
+    workdir = spec["workdir"]
+    if not (workdir == "/tmp" or workdir.startswith("/tmp/")):  # else it is made in the scratch
+        _replicate_dirs(new, workdir)
+    # Before the pivot: in a user namespace the kernel lets a proc be mounted only while a full one is
+    # visible in the mount namespace.
+    if spec["namespaces"]["pid"]:
+        _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None, stage="view")
+    else:
+        _mount("/proc", new + "/proc", None, MS_BIND | MS_REC, None, stage="view")
+    os.chdir(new)
+    _pivot_root()
+    if spec["readonly_root"]:
+        _remount_read_only(status_fd, ["/proc", "/dev"])
+    else:
+        _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None, stage="view")
+
+
 def _setup_mounts(spec, status_fd):
-    """Private mounts: read-only host, one size-capped tmpfs for /tmp, /var/tmp, /dev/shm and the
-    working directory, and a /proc that shows only this pid namespace."""
+    """Private mounts: the run's own file-system view (see :func:`_enter_view`), then one size-capped
+    tmpfs for /tmp, /var/tmp, /dev/shm and the working directory."""
     code_name = spec.get("code_file")
     code = None
     if code_name is not None:  # the warm judge server has no code file: it gets programs on stdin
         with open(os.path.join(spec["workdir"], code_name), "rb") as f:
             code = f.read()
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None, stage="mount")
-    if spec["readonly_root"]:
-        _remount_read_only(status_fd, ["/proc", "/sys", "/dev"])
+    _enter_view(spec, status_fd)
     mount_scratch(spec)
     if code is not None:
         path = os.path.join(spec["workdir"], code_name)
@@ -203,8 +294,6 @@ def _setup_mounts(spec, status_fd):
             f.write(code)
         if spec["uid"] is not None:
             os.chown(path, spec["uid"], spec["gid"])
-    if spec["namespaces"]["pid"]:
-        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
 
 
 def _loopback_up(status_fd):
@@ -247,9 +336,22 @@ def drop_privileges(spec):
     _check(_prctl(PR_SET_NO_NEW_PRIVS, 1), "privileges", "prctl(PR_SET_NO_NEW_PRIVS)")
 
 
-def _exec_program(spec, error_fd):
-    """In the program's process: limits, privileges, exec. Never returns."""
+def join_cgroup(cgroup_fd):
+    """Move the calling process (and so all it will start) into the run's memory cgroup, through the
+    ``cgroup.procs`` of it that was opened before the view hid /sys; closes the descriptor."""
     try:
+        os.write(cgroup_fd, b"0")
+    except OSError as exc:
+        raise SetupError("cgroup", f"joining the run's memory cgroup failed: {exc}") from None
+    finally:
+        os.close(cgroup_fd)
+
+
+def _exec_program(spec, error_fd, cgroup_fd):
+    """In the program's process: memory cgroup, limits, privileges, exec. Never returns."""
+    try:
+        if cgroup_fd is not None:
+            join_cgroup(cgroup_fd)
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
         drop_privileges(spec)
@@ -318,10 +420,18 @@ def _run_init(spec, status_fd, lifeline_fd):
     ns = spec["namespaces"]
     if not ns["pid"]:
         _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    cgroup_fd = None
+    if spec.get("cgroup"):
+        # Opened now: the view below has no /sys. Written by the program process, see join_cgroup.
+        path = os.path.join(spec["cgroup"], "cgroup.procs")
+        try:
+            cgroup_fd = os.open(path, os.O_WRONLY)
+        except OSError as exc:
+            raise SetupError("cgroup", f"cannot open {path}: {exc}") from None
+    if ns["net"]:  # first: it imports modules, which the view may not hold for this interpreter
+        _loopback_up(status_fd)
     if ns["mount"]:
         _setup_mounts(spec, status_fd)
-    if ns["net"]:
-        _loopback_up(status_fd)
     if spec.get("server"):
         # The judge's warm server (judge_harness.py --serve) becomes pid 1 of the namespace, still
         # privileged: it runs no model code itself and forks one process per program, which makes
@@ -330,6 +440,9 @@ def _run_init(spec, status_fd, lifeline_fd):
             signal.signal(sig, signal.SIG_DFL)
         os.chdir("/")
         argv = spec["argv"]
+        if cgroup_fd is not None:  # the server moves each program process into it (judge_harness.py)
+            os.set_inheritable(cgroup_fd, True)
+            argv = [*argv, "--cgroup-fd", str(cgroup_fd)]
         try:
             os.execve(argv[0], argv, spec["env"])
         except OSError as exc:
@@ -339,8 +452,10 @@ def _run_init(spec, status_fd, lifeline_fd):
     if child == 0:
         os.close(err_r)
         os.close(status_fd)
-        _exec_program(spec, err_w)
+        _exec_program(spec, err_w, cgroup_fd)
     os.close(err_w)
+    if cgroup_fd is not None:
+        os.close(cgroup_fd)
     chunks = []
     while True:
         chunk = os.read(err_r, 65536)

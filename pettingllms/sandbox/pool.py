@@ -2,8 +2,9 @@
 
 Every run is a fresh process tree started through ``launcher.py`` (see its docstring for the three
 processes and the namespaces). The pool owns: the reserved sandbox uids (one per worker slot, held
-with ``flock`` so two pools on one machine never share one), the per-run working directories, the
-wall clock, the output caps and the clean-up after each run.
+with ``flock`` so two pools on one machine never share one), the per-run working directories, each
+run's file-system view (``rootfs.py``) and memory cgroup (``cgroup.py``), the wall clock, the output
+caps and the clean-up after each run.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import base64
 import concurrent.futures
 import errno
 import fcntl
+import functools
 import logging
 import marshal
 import math
@@ -29,11 +31,13 @@ import time
 import weakref
 from dataclasses import dataclass
 
+from pettingllms.sandbox.cgroup import MemoryCgroup, find_memory_cgroup
 from pettingllms.sandbox.config import SandboxConfig
 from pettingllms.sandbox.judge import HARNESS_PATH
 from pettingllms.sandbox.judge import run_tests as judge_programs
 from pettingllms.sandbox.processes import kill_uid, remove_files_of_uid
 from pettingllms.sandbox.result import ExecutionResult, SandboxError, classify_exit
+from pettingllms.sandbox.rootfs import interpreter_paths, view_plan
 from pettingllms.sandbox.warm import WarmServer
 
 logger = logging.getLogger(__name__)
@@ -47,7 +51,10 @@ KILL_GRACE_S = 5.0
 # Seconds the pipes may stay open after the launcher exited before their holders are killed.
 STREAM_GRACE_S = 0.2
 # Set-up stages whose failure means "these namespaces are not available here", not "bad interpreter".
-_NAMESPACE_STAGES = ("unshare", "mount", "init", "launcher")
+_NAMESPACE_STAGES = ("unshare", "mount", "view", "init", "launcher")
+_NAMESPACE_NAMES = ("user", "net", "pid", "mount", "ipc", "uts")
+# File-system view plans per (interpreter, options): asking the interpreter costs a process start.
+_VIEW_PLANS: dict[tuple[str, tuple[str, ...]], dict] = {}
 
 
 def _source(path: str) -> str:
@@ -100,13 +107,30 @@ class _Capture:
         return self.data.decode("utf-8", errors="replace")
 
 
-def _cleanup_pool(work_root: str, lock_fds: list[int], servers: dict, executors: list) -> None:
+def _view_plan(python: str, python_args: tuple[str, ...]) -> dict:
+    """The file-system view a run of ``python`` gets (see ``rootfs.py``); cached per process."""
+    key = (python, tuple(python_args))
+    if key not in _VIEW_PLANS:
+        try:
+            paths = interpreter_paths(python, python_args)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            # It cannot run even here: the probe through the launcher then names the path.
+            return view_plan([python])
+        _VIEW_PLANS[key] = view_plan(paths)
+    return _VIEW_PLANS[key]
+
+
+def _cleanup_pool(work_root: str, lock_fds: list[int], servers: dict, executors: list,
+                  cgroups: list[MemoryCgroup]) -> None:
     for server in list(servers.values()):  # before the uids are released: nothing of theirs survives
         try:
             server.stop()
         except SandboxError as exc:
             logger.error("sandbox: stopping a judge server: %s", exc)
     servers.clear()
+    for cgroup in cgroups:  # after the servers: their cgroups hold no process any more
+        cgroup.close()
+    cgroups.clear()
     for executor in executors:
         executor.shutdown(wait=False, cancel_futures=True)
     shutil.rmtree(work_root, ignore_errors=True)
@@ -175,16 +199,18 @@ class SandboxPool:
         self._reported_warnings: set[str] = set()
         self._servers: dict[int, WarmServer] = {}  # the judge's warm server of each slot, when started
         self._executors: list[concurrent.futures.ThreadPoolExecutor] = []
+        self._cgroups: list[MemoryCgroup] = []  # the pool's memory cgroup, when it has one
         work_parent = self.config.work_root or tempfile.gettempdir()
         self._work_root = tempfile.mkdtemp(prefix="pettingllms-sandbox-", dir=work_parent)
         os.chmod(self._work_root, 0o711)  # sandbox uids may traverse to their own run folder only
         self._finalizer = weakref.finalize(self, _cleanup_pool, self._work_root, self._lock_fds,
-                                           self._servers, self._executors)
+                                           self._servers, self._executors, self._cgroups)
         try:
             self._identities = self._reserve_identities()
             self._free_slots = list(range(max_workers))
             self._namespaces, self.isolation_notes = self._choose_namespaces()
             self.python = self._choose_python()
+            self._choose_memory_cgroup()
         except BaseException:
             self.close()
             raise
@@ -205,6 +231,11 @@ class SandboxPool:
     def filesystem_isolated(self) -> bool:
         """Programs see read-only host file systems and a private, size-capped scratch tmpfs."""
         return self._namespaces["mount"]
+
+    @property
+    def memory_per_run(self) -> bool:
+        """``memory_mb`` bounds each run as a whole (a memory cgroup per run), not only each process."""
+        return bool(self._cgroups)
 
     @property
     def warm_judge(self) -> bool:
@@ -278,7 +309,8 @@ class SandboxPool:
                                f"raise `uid_count` or change `uid_base`")
         return identities
 
-    def _probe(self, python: str, namespaces: dict[str, bool]) -> tuple[dict | None, str]:
+    def _probe(self, python: str, namespaces: dict[str, bool], cgroup: str | None = None
+               ) -> tuple[dict | None, str]:
         """Run ``python -c pass`` through the full launch path; returns (final record, stderr)."""
         workdir = tempfile.mkdtemp(prefix="probe-", dir=self._work_root)
         identity = self._identities[0]
@@ -286,6 +318,7 @@ class SandboxPool:
         try:
             self._prepare_workdir(workdir, "", identity)
             spec = self._spec(workdir, identity, namespaces, [python, "-c", "pass"], status_w)
+            spec["cgroup"] = cgroup
             try:
                 proc = subprocess.run(self._launcher_argv(spec), stdin=subprocess.DEVNULL,
                                       capture_output=True, pass_fds=(status_w,), start_new_session=True,
@@ -325,6 +358,14 @@ class SandboxPool:
         if cfg.network_isolation == "require" and not tier["net"]:
             raise SandboxError("network_isolation='require' but network namespaces are unavailable here: "
                                + "; ".join(notes))
+        lost = [k for k in _NAMESPACE_NAMES if tiers[0][k] and not tier[k]]
+        if lost and cfg.isolation == "strict":
+            raise SandboxError(
+                f"the kernel refused the {', '.join(lost)} namespace(s) that SandboxConfig.isolation="
+                f"'strict' requires ({'; '.join(notes)}). Allow them (as root, or enable unprivileged "
+                f"user namespaces: sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces), "
+                f"or opt in to weaker isolation with SandboxConfig(isolation='best_effort') (it runs "
+                f"without them and lists what is missing in pool.isolation_notes)")
         if notes:
             lost = [k for k in ("net", "pid", "mount") if tiers[0][k] and not tier[k]]
             logger.warning("sandbox: running WITHOUT %s namespace(s) (the kernel refused them): %s",
@@ -333,6 +374,39 @@ class SandboxPool:
             notes.append("namespaces disabled by network_isolation='off'")
             logger.warning("sandbox: network isolation is off; sandboxed programs can reach the network")
         return tier, notes
+
+    def _choose_memory_cgroup(self) -> None:
+        """A memory cgroup for the runs (``memory_scope`` auto/run), checked with one launch; else the
+        per-process limit alone, said in ``isolation_notes`` (or an error for ``memory_scope="run"``)."""
+        cfg = self.config
+        if cfg.memory_scope == "process":
+            self.isolation_notes.append("memory is limited per process (RLIMIT_AS) only: "
+                                        "memory_scope='process'")
+            return
+        cgroup, why = find_memory_cgroup()
+        if cgroup is not None:
+            try:
+                run = cgroup.create(cfg.memory_mb << 20, name="probe")
+                try:
+                    final, stderr = self._probe(self.python, self._namespaces, cgroup=run)
+                finally:
+                    cgroup.remove(run)
+            except BaseException:
+                cgroup.close()
+                raise
+            if final is not None and final.get("kind") == "exit" and final.get("code") == 0:
+                self._cgroups.append(cgroup)
+                return
+            cgroup.close()
+            why = (f"a run cannot join {cgroup.path}: "
+                   + (f"{final.get('stage')}: {final.get('message')}" if final else stderr[-300:]))
+        if cfg.memory_scope == "run":
+            raise SandboxError(f"SandboxConfig.memory_scope='run' needs a memory cgroup, and none can be "
+                               f"made here ({why}). Run the trainer as root or in a delegated cgroup (see "
+                               f"the sandbox docs), or set memory_scope='auto' for a per-process limit")
+        note = f"memory is limited per process (RLIMIT_AS), not per run: no memory cgroup ({why})"
+        self.isolation_notes.append(note)
+        logger.warning("sandbox: %s", note)
 
     def _choose_python(self) -> str:
         cfg = self.config
@@ -359,8 +433,10 @@ class SandboxPool:
             else:
                 reason = f"`{python} -c pass` ended with {final}"
             reasons.append(reason)
+        hidden = (" (the sandbox's /tmp is its own scratch: an interpreter under /tmp is out of its sight)"
+                  if self._namespaces["mount"] and candidates[0].startswith("/tmp/") else "")
         raise SandboxError(
-            f"{who} cannot execute the interpreter {candidates[0]!r} ({reasons[0]})"
+            f"{who} cannot execute the interpreter {candidates[0]!r} ({reasons[0]}){hidden}"
             + (f"; fallback {candidates[1]!r} failed too ({reasons[1]})" if len(candidates) > 1 else "")
             + ". Set SandboxConfig.python to an interpreter every user can read and execute, e.g. "
             "/usr/bin/python3 (a Python under /root, such as pyenv's, is unreachable to other users)."
@@ -402,6 +478,9 @@ class SandboxPool:
             # Without a pid namespace, init kills and reaps what is left of a dedicated uid.
             "sweep_uid": identity.uid if identity is not None and identity.dedicated else None,
             "status_fd": status_fd,
+            # The run's own root: the system folders and those of its interpreter, argv[0].
+            "view": _view_plan(argv[0], self.config.python_args) if namespaces["mount"] else None,
+            "cgroup": None,  # set per run by the caller (memory cgroup folder)
         }
 
     @staticmethod
@@ -543,9 +622,20 @@ class SandboxPool:
         spec = self._spec(workdir, identity, self._namespaces,
                           [self.python, *self.config.python_args, "-c", _source(HARNESS_PATH), "--serve"], status_w)
         spec.update(server=True, code_file=None)
+        # One cgroup for the slot's programs, one after the other (none is alive when the next starts).
+        cgroup = spec["cgroup"] = self._new_cgroup(name=f"slot-{slot}-{time.monotonic_ns()}")
         server_spec = {**spec, "launcher_source": _source(LAUNCHER_PATH)}
-        return WarmServer(self._launcher_argv(spec), server_spec, status_r, status_w, self._work_root,
-                          {"PATH": SANDBOX_PATH}, identity.uid, _read_status)
+        try:
+            server = WarmServer(self._launcher_argv(spec), server_spec, status_r, status_w, self._work_root,
+                                {"PATH": SANDBOX_PATH}, identity.uid, _read_status)
+        except BaseException:
+            self._drop_cgroup(cgroup)
+            raise
+        if cgroup is not None:
+            server.cgroup = cgroup
+            # Not a method of the pool: the pool's finalizer holds the servers, which must not hold it.
+            server.on_stop = functools.partial(MemoryCgroup.remove, cgroup)
+        return server
 
     def _warm_run(self, slot: int, payload: bytes, wall: float) -> ExecutionResult:
         """In a pool thread: one payload through the slot's warm server (started when missing)."""
@@ -555,9 +645,12 @@ class SandboxPool:
                 server.stop()
             server = self._servers[slot] = self._start_server(slot)
         cap = self.config.max_output_bytes
+        cgroup = server.cgroup
+        ooms = self._cgroups[0].oom_kills(cgroup) if cgroup is not None else 0
         start = time.monotonic()
         try:
             stdout, record, ended_by = server.call(payload, wall, cap)
+            oom = cgroup is not None and self._cgroups[0].oom_kills(cgroup) > ooms
         finally:
             if not server.alive:
                 self._servers.pop(slot, None)
@@ -573,7 +666,7 @@ class SandboxPool:
             final = {"kind": record["kind"], "cpu": record.get("cpu")}
             final["code" if record["kind"] == "exit" else "signal"] = record["code"]
             records.append(final)
-        return self._result(records, ended_by, out, err, duration, None)
+        return self._result(records, ended_by, out, err, duration, None, oom)
 
     async def run_tests(self, programs: list[str], tests: list, **options) -> list[list]:
         """Judge programs x tests in one batch (see :func:`pettingllms.sandbox.judge.run_tests`)."""
@@ -587,17 +680,32 @@ class SandboxPool:
             return asyncio.run(self.run(code, stdin, timeout))
         raise RuntimeError("SandboxPool.run_sync was called inside a running event loop; await run()")
 
+    def _new_cgroup(self, name: str | None = None) -> str | None:
+        """A fresh memory cgroup limited to ``memory_mb`` for one run or server (None without one)."""
+        if not self._cgroups:
+            return None
+        try:
+            return self._cgroups[0].create(self.config.memory_mb << 20, name=name)
+        except OSError as exc:
+            raise SandboxError(f"cannot create a memory cgroup under {self._cgroups[0].path}: {exc}") from exc
+
+    def _drop_cgroup(self, path: str | None) -> None:
+        if path is not None and not self._cgroups[0].remove(path):
+            logger.error("sandbox: the memory cgroup %s could not be removed", path)
+
     async def _run_in_slot(self, slot: int, code: str, stdin: str, wall: float) -> ExecutionResult:
         identity = self._identities[slot]
         workdir = tempfile.mkdtemp(prefix="run-", dir=self._work_root)
         status_r, status_w = os.pipe()
         pgid = None
         proc = None
+        cgroup = None
         try:
             self._prepare_workdir(workdir, code, identity)
             spec = self._spec(workdir, identity, self._namespaces, [self.python, *self.config.python_args,
                                                                      os.path.join(workdir, CODE_FILE)],
                               status_w)
+            cgroup = spec["cgroup"] = self._new_cgroup()
             start = time.monotonic()
             try:
                 proc = await asyncio.create_subprocess_exec(
@@ -616,7 +724,8 @@ class SandboxPool:
             pgid = None
             records = _read_status(status_r)
             self._log_warnings(records)
-            return self._result(records, ended_by, out, err, duration, proc.returncode)
+            oom = cgroup is not None and self._cgroups[0].oom_kills(cgroup) > 0
+            return self._result(records, ended_by, out, err, duration, proc.returncode, oom)
         finally:
             if pgid is not None:  # cancelled or failed mid-run: never leave the tree running
                 self._stop(pgid, identity)
@@ -636,6 +745,7 @@ class SandboxPool:
             if status_w >= 0:
                 os.close(status_w)
             shutil.rmtree(workdir, ignore_errors=True)
+            self._drop_cgroup(cgroup)
 
     async def _supervise(self, proc: asyncio.subprocess.Process, stdin: bytes, wall: float,
                          identity: _Identity | None) -> tuple[str | None, _Capture, _Capture]:
@@ -717,7 +827,8 @@ class SandboxPool:
                 main.cancel()
 
     def _result(self, records: list[dict], ended_by: str | None, out: _Capture, err: _Capture,
-                duration: float, launcher_code: int | None) -> ExecutionResult:
+                duration: float, launcher_code: int | None, oom: bool = False) -> ExecutionResult:
+        """``oom``: the kernel's OOM killer ended a process of the run's memory cgroup."""
         final = next((r for r in reversed(records) if r.get("kind") != "warning"), None)
         common = {"stdout": out.text(), "stderr": err.text(), "duration": duration,
                   "stdout_truncated": out.truncated, "stderr_truncated": err.truncated}
@@ -738,6 +849,8 @@ class SandboxPool:
         status, limit, returncode = classify_exit(
             kind=final["kind"], value=final["code"] if final["kind"] == "exit" else final["signal"],
             cpu_time=cpu, cpu_limit_s=max(1, math.ceil(self.config.cpu_time_s)), stderr=common["stderr"])
+        if oom and limit != "cpu_time":  # whichever process it hit, the run went over its memory
+            status, limit = "killed", "memory"
         return ExecutionResult(status=status, limit=limit, returncode=returncode, cpu_time=cpu, **common)
 
     # ----------------------------------------------------------------- lifetime

@@ -37,11 +37,15 @@ def _tail(data: bytes, size: int = 2000) -> str:
 
 
 class WarmServer:
-    """One slot's server. ``call`` judges one payload; ``stop`` ends the sandbox (idempotent)."""
+    """One slot's server. ``call`` judges one payload; ``stop`` ends the sandbox (idempotent) and then
+    calls ``on_stop`` when set (the pool removes the slot's memory cgroup there). ``cgroup``: that
+    cgroup's folder, or None."""
 
     def __init__(self, argv: list[str], spec: dict, status_r: int, status_w: int, cwd: str,
                  env: dict[str, str], uid: int, read_status) -> None:
         self._stop_lock = threading.Lock()
+        self.on_stop = None
+        self.cgroup: str | None = None
         self._read_status = read_status
         self._status_r = status_r
         self.uid = uid
@@ -200,6 +204,9 @@ class WarmServer:
                 kill_uid(self.uid)
             except TimeoutError as exc:
                 raise SandboxError(str(exc)) from exc
+            finally:
+                if self.on_stop is not None:
+                    self.on_stop()
 
 
 __all__ = ["WarmServer"]

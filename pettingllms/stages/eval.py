@@ -233,6 +233,7 @@ def evaluate_policy(
     metrics = eval_metrics(results["sampled"])
     counts = success_counts(results["sampled"])
     report: dict[str, Any] = {
+        "format_version": 1,  # of this report's layout; bumped when a key changes meaning
         "metrics": metrics,
         "confidence_intervals": {
             "level": CONFIDENCE,

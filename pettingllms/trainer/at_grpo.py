@@ -22,6 +22,17 @@ The algorithm, top to bottom (one training step):
 
 Groups whose rewards are all equal are kept (advantage 0) and counted as ``frac_reward_zero_std``.
 
+Non-finite numbers (:mod:`comlrl.trainers.core.nonfinite`, the rule every comlrl trainer follows): a group
+holding a NaN / inf ``group_reward`` is dropped before the advantages (counted in
+``nonfinite_rewards_dropped`` and ``dropped_samples``, logged naming problem, turn and role); a policy
+left with no group in a step has a skipped step. An optimizer step whose loss, log-probs (those of the
+update, or the rollout's), advantages or gradient norm are non-finite is skipped: no parameter changes,
+counted in ``nonfinite_losses_skipped`` and ``policy/<name>/skipped_steps``, logged naming what, the policy,
+the roles of its rows and the step. ``max_nonfinite_losses_in_a_row`` skipped steps of one policy in a row
+stop the run. (The built-in environments reject a non-finite reward where it is made, in
+:func:`pettingllms.envs.base.mix_reward`; the drop covers rewards reaching the trainer otherwise, e.g. from an
+overridden :meth:`ATGRPOTrainer.generate_and_score`.)
+
 Output folder, metrics logger, checkpoints (the layout of :mod:`comlrl.checkpoint`), resume lookup,
 ``save_model`` and the progress bar come from :class:`comlrl.trainers.core.trainer_core.TrainerCore`, as for
 comlrl's trainers.
@@ -36,7 +47,9 @@ Metric names (logged every ``logging_steps`` to ``output_dir/metrics.jsonl`` and
 
 - run: ``success_rate``, ``reward`` (mean member reward), ``reward_std`` (mean group std),
   ``frac_reward_zero_std``, ``parse_error_rate``, ``completions/mean_length``, ``num_samples``,
-  ``dropped_samples``, ``generate_calls``, ``time/{rollout,generate,env,update,step}_s``;
+  ``dropped_samples`` (infrastructure failures and non-finite rewards), ``generate_calls``,
+  ``nonfinite_losses_skipped`` and ``nonfinite_rewards_dropped`` (run totals),
+  ``time/{rollout,generate,env,update,step}_s``;
 - ``agent/<role>/...`` and ``agent/<role>/turn_<t>/...``: ``reward_mean``/``reward_std`` (mixed),
   ``global_reward_*``, ``local_reward_*``, ``frac_reward_zero_std``, ``parse_error_rate``, ``success_rate``
   (the team's success on the episodes that agent acted in), ``completions/mean_length``, ``num_samples``;
@@ -49,7 +62,6 @@ Metric names (logged every ``logging_steps`` to ``output_dir/metrics.jsonl`` and
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import time
@@ -59,9 +71,11 @@ from typing import Any
 
 import torch
 
+from comlrl.rl import finite_group_mask, group_ids_from_keys, is_finite, nonfinite_names
 from comlrl.scoring import per_token_logps
 from comlrl.seeding import derive_seed
 from comlrl.trainers.core.models import scoring_mode
+from comlrl.trainers.core.nonfinite import NonFiniteGuard
 from comlrl.trainers.core.reference import ReferencePolicy
 from comlrl.trainers.core.trainer_core import TrainerCore
 from pettingllms.execution import (
@@ -98,8 +112,6 @@ __all__ = [
     "rollout_metrics",
     "sample_advantages",
 ]
-
-logger = logging.getLogger("pettingllms.trainer.at_grpo")
 
 
 class ATGRPOTrainer(TrainerCore):
@@ -194,6 +206,7 @@ class ATGRPOTrainer(TrainerCore):
         self.reference = ReferencePolicy(policy, adapters="disabled") if config.beta > 0 else None
 
         self.global_step = 0
+        self.nonfinite = NonFiniteGuard(config.max_nonfinite_losses_in_a_row)
         self.data_cursor: dict[str, int] = {"epoch": 0, "index": 0}
         self.log_history: list[dict[str, float]] = []
         self.last_eval = None
@@ -222,6 +235,9 @@ class ATGRPOTrainer(TrainerCore):
 
         return MetricsLogger(self.output_dir, self.config.report_to, config=self.config.to_dict())
 
+    def run_seed(self) -> int:
+        return self.config.seed  # a fresh run seeds the global random streams with it (TrainerCore)
+
     def checkpoint_step(self) -> int:
         return self.global_step
 
@@ -235,10 +251,16 @@ class ATGRPOTrainer(TrainerCore):
         return self.schedulers
 
     def state_extra(self) -> dict[str, Any]:
-        return {**super().state_extra(), "engine": self.engine.state_dict(), "config": self.config.to_dict()}
+        return {
+            **super().state_extra(),
+            "engine": self.engine.state_dict(),
+            "config": self.config.to_dict(),
+            "nonfinite": self.nonfinite.state_dict(),
+        }
 
     def load_state_extra(self, extra: Mapping[str, Any]) -> None:
         super().load_state_extra(extra)
+        self.nonfinite.load_state_dict(extra.get("nonfinite", {}))  # absent from older checkpoints
         self.data_cursor = {"epoch": int(self.data_cursor["epoch"]), "index": int(self.data_cursor["index"])}
         self.engine.load_state_dict(extra["engine"])
 
@@ -297,12 +319,15 @@ class ATGRPOTrainer(TrainerCore):
         rollout_s = time.perf_counter() - start
         if not batch.samples:
             raise RuntimeError(f"step {step}: the rollout produced no samples (every one was dropped)")
-        advantages = self.compute_advantages(batch.samples)
-        by_sample = {id(s): float(a) for s, a in zip(batch.samples, advantages)}
-        tensors = tensorize(batch.samples, self.pad_token_ids)
+        samples = self._finite_reward_samples(batch.samples, step)
+        advantages = self.compute_advantages(samples) if samples else []
+        by_sample = {id(s): float(a) for s, a in zip(samples, advantages)}
+        tensors = tensorize(samples, self.pad_token_ids) if samples else {}
 
         metrics: dict[str, float] = {"success_rate": batch.success_rate}
-        metrics.update(rollout_metrics(batch.samples))
+        metrics.update(rollout_metrics(samples) if samples else dict.fromkeys(NO_SAMPLE_METRICS, math.nan))
+        metrics["num_samples"] = float(len(samples))
+        sampled_policies = {s.policy for s in batch.samples}
         update_start = time.perf_counter()
         for name in self.policy.policies:
             learning_rate = self.schedulers[name].get_last_lr()[0]
@@ -310,6 +335,8 @@ class ATGRPOTrainer(TrainerCore):
                 rows = tensors[name]
                 rows.advantages = torch.tensor([by_sample[id(s)] for s in rows.samples], dtype=torch.float32)
                 metrics.update(self._update_policy(name, rows, step))
+            elif name in sampled_policies:  # every group of this policy had a non-finite reward
+                self.nonfinite.empty_step(f"step {step}", key=name)
             metrics[f"policy/{name}/learning_rate"] = learning_rate
             self.schedulers[name].step()
         update_s = time.perf_counter() - update_start
@@ -318,7 +345,8 @@ class ATGRPOTrainer(TrainerCore):
 
         metrics.update(
             {
-                "dropped_samples": float(batch.dropped_samples),
+                "dropped_samples": float(batch.dropped_samples + len(batch.samples) - len(samples)),
+                **self.nonfinite.metrics(),
                 "generate_calls": float(batch.generate_calls),
                 "time/rollout_s": rollout_s,
                 "time/generate_s": batch.timings.get("generate_s", 0.0),
@@ -350,21 +378,36 @@ class ATGRPOTrainer(TrainerCore):
                     derive_seed(config.seed, "micro_batches", step, name, iteration),
                     row_keys=prompt_keys,
                 )
-                for group in groups:
-                    if self._accumulate_gradients(name, tensors, group, extra, stats):
+                for number, group in enumerate(groups, 1):
+                    bad = self._accumulate_gradients(name, tensors, group, extra, stats)
+                    if bad is None:
                         optimizer.step()
                         optimizer.zero_grad(set_to_none=True)
                         policy.bump_version(name)
                         stats.optimizer_steps += 1
-                    else:  # an infrastructure-grade failure: drop this optimizer step, count it
+                        self.nonfinite.finite_step(name)
+                    else:  # drop this optimizer step (no parameter changes), count it, log it
                         optimizer.zero_grad(set_to_none=True)
                         stats.skipped_steps += 1
-                        logger.warning("policy %r step %s: non-finite loss or gradient, optimizer step skipped", name, step)
-        if stats.optimizer_steps == 0:
-            raise FloatingPointError(
-                f"policy {name!r} at step {step}: every optimizer step had a non-finite loss or gradient"
-            )
+                        where = f"step {step}, policy {name!r}, iteration {iteration + 1}, optimizer step {number}"
+                        self.nonfinite.skip_step(bad, where, key=name)
         return stats.as_metrics(f"policy/{name}/", float(tensors.completion_mask.sum()))
+
+    def _finite_reward_samples(self, samples: Sequence[Sample], step: int) -> list[Sample]:
+        """The samples whose group holds only finite rewards; the other groups are dropped (counted, logged)."""
+        group_ids, keys = group_ids_from_keys([s.group_key for s in samples])
+        keep, dropped = finite_group_mask([s.group_reward for s in samples], group_ids)
+        if dropped:
+            members: dict[int, list[Sample]] = {g: [] for g in dropped}
+            for sample, g in zip(samples, group_ids.tolist()):
+                members.get(g, []).append(sample)
+            what = "; ".join(
+                f"problem {keys[g].problem_id}, turn {keys[g].turn}, roles {sorted({s.role for s in group})}: "
+                f"rewards {[s.group_reward for s in group]}"
+                for g, group in members.items()
+            )
+            self.nonfinite.drop_rewards(len(dropped), what, f"step {step}")
+        return [s for s, k in zip(samples, keep.tolist()) if k]
 
     def _accumulate_gradients(
         self,
@@ -373,9 +416,9 @@ class ATGRPOTrainer(TrainerCore):
         group: Sequence[torch.Tensor],
         extra: Mapping[str, torch.Tensor],
         stats: UpdateStats,
-    ) -> bool:
-        """Backpropagate the micro-batches of one optimizer step and clip the gradient; False at the first
-        non-finite loss or a non-finite gradient norm."""
+    ) -> str | None:
+        """Backpropagate the micro-batches of one optimizer step and clip the gradient; None when all went
+        through, else what was non-finite (the first micro-batch's loss parts, or the gradient norm)."""
         config, policy, optimizer = self.config, self.policy, self.optimizers[name]
         model = policy.handle(name).model
         num_items = int(sum(int(tensors.completion_mask[index].sum()) for index in group))
@@ -398,16 +441,16 @@ class ATGRPOTrainer(TrainerCore):
                 num_items_in_batch=num_items,
                 ref_logps=rows["ref_per_token_logps"].to(device) if config.beta > 0 else None,
             )
-            if not bool(torch.isfinite(loss)):
-                return False
+            if not is_finite(loss):
+                return _nonfinite_loss_parts(logps, rows, loss, [tensors.samples[i] for i in index.tolist()])
             loss.backward()
             stats.add_micro_batch(out, entropy)
         params = [p for param_group in optimizer.param_groups for p in param_group["params"]]
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm or float("inf")))
         if not math.isfinite(grad_norm):
-            return False
+            return f"gradient norm ({grad_norm})"
         stats.grad_norms.append(grad_norm)
-        return True
+        return None
 
     def _reference_logps(self, name: str, tensors: PolicyTensors) -> torch.Tensor:
         """Reference log-probs of every row (``[B, C]`` on CPU), scored once per rollout."""
@@ -480,4 +523,27 @@ class ATGRPOTrainer(TrainerCore):
     def _log(self, metrics: Mapping[str, float], step: int) -> None:
         record = self.metrics_logger.log(metrics, step)
         self.log_history.append({"step": step, **record})
+
+
+# The rollout metrics of a step whose every group was dropped for a non-finite reward (not logged: nan).
+NO_SAMPLE_METRICS = ("reward", "reward_std", "frac_reward_zero_std", "parse_error_rate", "completions/mean_length")
+
+
+def _nonfinite_loss_parts(
+    logps: torch.Tensor, rows: Mapping[str, torch.Tensor], loss: torch.Tensor, samples: Sequence[Sample]
+) -> str:
+    """What made a micro-batch's loss non-finite, with the roles of the rows that hold it."""
+    mask = rows["completion_mask"].to(logps.device).bool()
+    parts = {
+        "log-probs": logps,
+        "rollout log-probs": rows["old_per_token_logps"].to(logps.device),
+        "reference log-probs": rows.get("ref_per_token_logps"),
+        "advantages": rows["advantages"],
+        "loss": loss,
+    }
+    masks = {name: mask for name in ("log-probs", "rollout log-probs", "reference log-probs")}
+    bad = nonfinite_names({k: v if v is None else v.to(logps.device) for k, v in parts.items()}, masks)
+    rows_bad = ~(torch.isfinite(logps.detach()) | ~mask).all(dim=-1)
+    roles = sorted({s.role for s, b in zip(samples, rows_bad.tolist()) if b})
+    return f"{', '.join(bad)}" + (f" (rows of roles {roles})" if roles else "")
 

@@ -140,6 +140,12 @@ class ATGRPOConfig(StrictFromDict):
     scale_rewards (`str`, defaults to `"group"`):
         `group`: (r - mean) / std within each group (GRPO); `batch`: by the batch std; `none`: no
         scaling, as Dr. GRPO recommends (Liu et al. 2025).
+    max_nonfinite_losses_in_a_row (`int`, defaults to `10`):
+        An optimizer step with a NaN / inf loss, log-prob or gradient norm is skipped (no parameter
+        changes; counted in `nonfinite_losses_skipped` and the policy's `skipped_steps`, logged); a group
+        holding a non-finite reward is dropped (counted in `nonfinite_rewards_dropped`), and a policy left
+        with no group in a step has a skipped step. This many skipped steps of one policy in a row stop the
+        run. The same setting, meaning and default as comlrl's trainers.
 
     > Parameters that control logging and checkpoints
 
@@ -197,6 +203,9 @@ class ATGRPOConfig(StrictFromDict):
     dual_clip: float | None = help_field("dual-clip constant > 1 (None: off)", None)
     loss_type: str = help_field("grpo | bnpo | dr_grpo | dapo | ...", "dapo")
     scale_rewards: str = help_field("group | batch | none (Dr. GRPO)", "group")
+    max_nonfinite_losses_in_a_row: int = help_field(
+        "non-finite (NaN / inf) steps are skipped, counted and logged; this many in a row stop the run", 10
+    )
     # Logging and checkpoints
     output_dir: str = help_field("everything the run writes", "runs/at_grpo")
     seed: int = help_field("drives every random stream", 0)
@@ -252,6 +261,7 @@ class ATGRPOConfig(StrictFromDict):
             "num_iterations",
             "max_steps",
             "logging_steps",
+            "max_nonfinite_losses_in_a_row",
         ):
             check_int(name, getattr(self, name), 1, spell_out=True)
         for name in ("top_k", "save_steps", "seed"):

@@ -154,7 +154,7 @@ def test_round_file_round_trip_with_ids(tmp_path):
     path = write_round(tmp_path / round_file_name(1), 1, pairs)
     assert path.name == "iteration_0001.json" and sidecar_path(path).name == "iteration_0001.ids.bin"
     payload = json.loads(path.read_text(encoding="utf-8"))
-    assert payload == {"iteration": 1, "num_pairs": 5, "pairs": records(pairs)}
+    assert payload == {"format_version": 1, "iteration": 1, "num_pairs": 5, "pairs": records(pairs)}
     assert "ü" in path.read_text(encoding="utf-8")  # written as UTF-8, not \u escapes
     back = read_round(path)
     assert back.iteration == 1 and records(back.pairs) == records(pairs)
@@ -164,7 +164,7 @@ def test_round_file_round_trip_with_ids(tmp_path):
 
 def test_empty_round_is_written(tmp_path):
     path = write_round(tmp_path / round_file_name(2), 2, [])
-    assert json.loads(path.read_text()) == {"iteration": 2, "num_pairs": 0, "pairs": []}
+    assert json.loads(path.read_text()) == {"format_version": 1, "iteration": 2, "num_pairs": 0, "pairs": []}
     assert read_round(path).pairs == [] and RoundFile(path).num_pairs == 0
 
 

@@ -40,7 +40,7 @@ def test_metrics_jsonl_skips_non_finite_and_truncates_on_resume(tmp_path):
     logger.log({"loss": 0.25}, step=2)
     logger.log({"loss": 0.125}, step=3)
     lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert lines[0] == {"step": 1, "loss": 0.5, "acc": 1.0}
+    assert lines[0] == {"step": 1, "loss": 0.5, "acc": 1.0, "format_version": 1}
     logger.truncate_after(2)
     lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines] == [1, 2]

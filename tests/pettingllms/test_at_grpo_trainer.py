@@ -314,7 +314,8 @@ def test_checkpoints_hold_the_trainers_own_records_and_state_in_the_core_layout(
     trainer.train()
     assert sorted(p.name for p in (tmp_path / "run").glob("checkpoint-*")) == ["checkpoint-2"]
     state = json.loads((tmp_path / "run" / "checkpoint-2" / "trainer_state.json").read_text())
-    assert list(state["extra"]) == ["engine", "config"] and state["data_cursor"] == trainer.data_cursor
+    assert list(state["extra"]) == ["engine", "config", "nonfinite"] and state["data_cursor"] == trainer.data_cursor
+    assert state["extra"]["nonfinite"]["nonfinite_losses_skipped"] == 0
     assert (tmp_path / "run" / "checkpoint-2" / "optimizer-shared.pt").is_file()
     assert [r["step"] for r in state["log_history"]] == [1, 2]  # the records logged aside stay out
     assert len(trainer.metrics_logger.history) == 4

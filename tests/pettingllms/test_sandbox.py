@@ -32,6 +32,7 @@ from pettingllms.sandbox import (
     pids_of_uid,
 )
 from pettingllms.sandbox.pool import _Capture, _namespace_tiers
+from pettingllms.sandbox.rootfs import SYSTEM_PATHS, view_plan
 
 needs_linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux")
 
@@ -118,7 +119,8 @@ def test_execution_result_shape_and_validation():
 @pytest.mark.parametrize("field, value", [
     ("cpu_time_s", 0), ("wall_time_s", -1), ("memory_mb", 8), ("file_size_mb", 0), ("scratch_mb", 0),
     ("max_processes", 0), ("max_open_files", 3), ("max_output_bytes", 0), ("uid_count", 0),
-    ("uid_base", 0), ("network_isolation", "maybe"), ("python", "python3"),
+    ("uid_base", 0), ("network_isolation", "maybe"), ("python", "python3"), ("isolation", "loose"),
+    ("memory_scope", "cgroup"),
 ])
 def test_config_rejects_bad_values_naming_the_field(field, value):
     with pytest.raises(ValueError, match=f"`{field}`"):
@@ -130,6 +132,17 @@ def test_config_rejects_env_names_with_equals():
         SandboxConfig(extra_env={"A=B": "x"})
 
 
+def test_view_plan_binds_the_outermost_folders_and_keeps_the_hosts_symlinks():
+    plan = view_plan(["/usr/lib", "/usr/bin/env", "/", "__editable__.pkg.finder.__path_hook__", "/tmp/venv/lib"])
+    assert {"/usr", "/etc"} <= set(plan["binds"])
+    # Never the host's root, nothing inside another bind, nothing under /tmp (the run's scratch there).
+    assert not [b for b in plan["binds"] if b == "/" or b.startswith(("/usr/", "/tmp"))], plan
+    links = {link: target for link, target in plan["symlinks"]}
+    for path in SYSTEM_PATHS:  # e.g. /bin -> usr/bin on merged-/usr systems: recreated, not bound
+        if os.path.islink(path):
+            assert links[path] == os.readlink(path) and path not in plan["binds"]
+
+
 def test_namespace_tiers_strongest_first():
     root = _namespace_tiers("auto", as_root=True)
     assert root[0]["net"] and root[0]["pid"] and root[0]["mount"] and not root[0]["user"]
@@ -139,6 +152,49 @@ def test_namespace_tiers_strongest_first():
 
 
 # --------------------------------------------------------------------------- pool start-up
+
+
+def _refusing(kernel_refuses: str, monkeypatch) -> None:
+    """Make the start-up probe fail as a kernel would for every namespace set that includes
+    ``kernel_refuses`` (the launcher's unshare() gets EPERM); other sets are probed for real."""
+    real = SandboxPool._probe
+
+    def probe(self, python, namespaces, cgroup=None):
+        if namespaces[kernel_refuses]:
+            return {"kind": "setup_error", "stage": "unshare",
+                    "message": "unshare(0x6e020000) failed: [Errno 1] Operation not permitted"}, ""
+        return real(self, python, namespaces, cgroup)
+
+    monkeypatch.setattr(SandboxPool, "_probe", probe)
+
+
+@needs_linux
+def test_strict_isolation_refuses_a_refused_namespace_and_best_effort_runs_without_it(monkeypatch):
+    _refusing("mount", monkeypatch)
+    with pytest.raises(SandboxError, match=r"refused the mount namespace\(s\) that SandboxConfig.isolation="
+                                           r"'strict' requires \(\[.*\]: unshare: .*Operation not permitted\)") as info:
+        SandboxPool(SandboxConfig(**SMALL), max_workers=1)
+    assert "SandboxConfig(isolation='best_effort')" in str(info.value)  # how to opt in
+    with SandboxPool(SandboxConfig(isolation="best_effort", **SMALL), max_workers=1) as weak:
+        assert (weak.network_isolated, weak.pid_isolated, weak.filesystem_isolated) == (True, True, False)
+        assert any("'mount'" in note and "Operation not permitted" in note for note in weak.isolation_notes)
+        assert weak.run_sync("print('still runs')").stdout == "still runs\n"
+
+
+@needs_linux
+def test_required_network_namespace_is_refused_even_under_best_effort(monkeypatch):
+    _refusing("net", monkeypatch)
+    with pytest.raises(SandboxError, match="refused the net, pid, mount, ipc, uts namespace"):
+        SandboxPool(SandboxConfig(**SMALL), max_workers=1)
+    with pytest.raises(SandboxError, match="network_isolation='require' but network namespaces are unavailable"):
+        SandboxPool(SandboxConfig(isolation="best_effort", network_isolation="require", **SMALL), max_workers=1)
+
+
+@needs_linux
+def test_network_isolation_off_is_an_explicit_opt_out_that_strict_accepts():
+    with SandboxPool(SandboxConfig(network_isolation="off", **SMALL), max_workers=1) as bare:
+        assert not (bare.network_isolated or bare.pid_isolated or bare.filesystem_isolated)
+        assert "namespaces disabled by network_isolation='off'" in bare.isolation_notes
 
 
 def test_pool_rejects_bad_max_workers():

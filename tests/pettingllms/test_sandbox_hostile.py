@@ -72,6 +72,38 @@ class Listener:
         self.sock.close()
 
 
+class UnixListener:
+    """A listening, world-connectable unix socket outside the sandbox (a path, or an abstract name
+    starting with NUL), as D-Bus, journald or a database would leave one on a host."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(address)
+        self.sock.listen(16)
+        if not address.startswith("\0"):
+            os.chmod(address, 0o777)  # permissions would let any uid connect: only the view stops it
+
+    def close(self) -> None:
+        self.sock.close()
+        if not self.address.startswith("\0"):
+            os.unlink(self.address)
+
+
+def _connects(address: str) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(1.0)
+        try:
+            s.connect(address)
+        except OSError:
+            return False
+        return True
+
+
+# Environment variables through which a program would find the host's buses; the fixture plants them.
+BUS_ENV = ("DBUS_SESSION_BUS_ADDRESS", "DBUS_SYSTEM_BUS_ADDRESS", "XDG_RUNTIME_DIR", "SSH_AUTH_SOCK")
+
+
 @dataclass
 class Context:
     marker: str
@@ -81,13 +113,16 @@ class Context:
     listener4: Listener
     listener6: Listener | None
     holder: subprocess.Popen  # a process outside the sandbox whose environment holds the secret
+    # name -> address of unix sockets listening on the host (/run, /var/run, /var/lib, /dev as root;
+    # the host's /tmp, an abstract name and the test's own /proc/<pid>/root path everywhere).
+    sockets: dict[str, str] = field(default_factory=dict)
     test_pid: int = field(default_factory=os.getpid)
 
     def fill(self, template: str) -> str:
         return template.format(
             marker=self.marker, protected=self.protected_dir, readable=self.readable_dir,
             port4=self.listener4.port, port6=self.listener6.port if self.listener6 else 0,
-            test_pid=self.test_pid, holder_pid=self.holder.pid,
+            test_pid=self.test_pid, holder_pid=self.holder.pid, sockets=sorted(self.sockets.items()),
         )
 
 
@@ -112,8 +147,37 @@ def ctx():
         listener6 = None
     # os.environ changes do not reach /proc/<pid>/environ, so a process started with the secret holds it.
     holder = subprocess.Popen(["sleep", "300"], env={"PATH": "/usr/bin:/bin", "SANDBOX_TEST_SECRET": SECRET})
-    context = Context(marker, protected, readable, token, listener4, listener6, holder)
+    socket_dirs = [tempfile.mkdtemp(prefix="sbx-sock-")]
+    listeners: list[UnixListener] = []
+    sockets: dict[str, str] = {}
+
+    def listen(name: str, address: str) -> None:
+        listeners.append(UnixListener(address))
+        sockets[name] = address
+
+    os.chmod(socket_dirs[0], 0o755)
+    listen("host_tmp", os.path.join(socket_dirs[0], "s.sock"))
+    if os.geteuid() == 0:  # where system services keep theirs (/var/run is often a link to /run)
+        for name, parent in (("run", "/run"), ("var_run", "/var/run"), ("var_lib", "/var/lib")):
+            if os.path.isdir(parent):
+                socket_dirs.append(tempfile.mkdtemp(prefix="sbx-sock-", dir=parent))
+                os.chmod(socket_dirs[-1], 0o755)
+                listen(name, os.path.join(socket_dirs[-1], "s.sock"))
+        listen("dev", f"/dev/sbx-{marker}.sock")  # a stand-in for /dev/log (journald's socket)
+    listen("abstract", f"\0sbx-abstract-{marker}")  # no file at all: only the network namespace helps
+    # A socket through the test process's root as /proc shows it.
+    sockets["proc_root"] = f"/proc/{os.getpid()}/root{sockets.get('run', sockets['host_tmp'])}"
+    bus = sockets.get("run", sockets["host_tmp"])
+    for name in BUS_ENV:  # what a desktop session or ssh login would hand down
+        os.environ[name] = f"unix:path={bus}" if name.startswith("DBUS") else bus
+    context = Context(marker, protected, readable, token, listener4, listener6, holder, sockets)
     yield context
+    for name in BUS_ENV:
+        os.environ.pop(name, None)
+    for listener in listeners:
+        listener.close()
+    for folder in socket_dirs:
+        shutil.rmtree(folder, ignore_errors=True)
     holder.kill()
     holder.wait()
     listener4.close()
@@ -232,7 +296,38 @@ HOSTILE: dict[str, tuple[str, set[str], str | None, float | None, str]] = {
         "    try:\n        open(path, 'w').write('x')\n        print('WROTE', path)\n"
         "    except OSError as exc:\n        print('blocked', path, type(exc).__name__)\n", {"ok"}, None, None, ""),
     "unread_stdin_flood": ("print('bye')\n", {"ok"}, None, None, "z" * (4 << 20)),
+    # Unix sockets of the host (a read-only bind does not stop connect()), the buses named by the
+    # environment, and other processes through /proc.
+    "host_unix_sockets": (
+        "import json, os, socket\nreport = {{}}\n"
+        "bus = os.environ.get('DBUS_SESSION_BUS_ADDRESS', '').partition('unix:path=')[2]\n"
+        "for name, address in {sockets} + ([('env_bus', bus)] if bus else []):\n"
+        "    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n    s.settimeout(1.0)\n"
+        "    try:\n        s.connect(address)\n        report[name] = 'CONNECTED'\n"
+        "    except OSError as exc:\n        report[name] = type(exc).__name__\n    finally:\n        s.close()\n"
+        "report['env'] = sorted(k for k in os.environ if k.startswith(('DBUS', 'XDG', 'SSH_AUTH')))\n"
+        "for pid in ({test_pid}, {holder_pid}):\n    try:\n"
+        "        report[f'cmdline {{pid}}'] = open(f'/proc/{{pid}}/cmdline', 'rb').read().decode(errors='replace')\n"
+        "    except OSError as exc:\n        report[f'cmdline {{pid}}'] = type(exc).__name__\n"
+        "report['visible'] = [p for p in ('/run', '/var/run', '/var/lib', '/dev/log', '/sys', '/home', '/root',\n"
+        "                                 '/srv', '/mnt') if os.path.lexists(p)]\n"
+        "print(json.dumps(report, sort_keys=True))\n", {"ok"}, None, None, ""),
 }
+
+REFUSED = ("FileNotFoundError", "ConnectionRefusedError", "PermissionError")
+
+
+def _assert_no_host_socket(out: str, ctx: Context, viewed: bool = True) -> None:
+    """The report of ``host_unix_sockets``: no socket reached, no bus variable, no foreign /proc entry
+    and (with a mount namespace) none of the host's socket places in sight."""
+    report = json.loads(out.strip().splitlines()[-1])
+    for name in ctx.sockets:
+        assert report[name] in REFUSED, (name, report)
+    assert "env_bus" not in report and report["env"] == [], report
+    assert "sleep" not in report[f"cmdline {ctx.holder.pid}"], report
+    assert "pytest" not in report[f"cmdline {ctx.test_pid}"], report
+    if viewed:
+        assert report["visible"] == [], report
 
 
 def _leftover_files(uids: set[int], marker: str) -> list[str]:
@@ -324,6 +419,8 @@ def test_hostile_program_is_contained(pool, ctx, name):
         assert result.duration < WALL, "the run waited for its daemon instead of ending with the program"
     if name == "thread_bomb":
         assert result.limit in ("processes", "memory"), result
+    if name == "host_unix_sockets":
+        _assert_no_host_socket(out, ctx, pool.filesystem_isolated)
 
 
 def test_controls_show_the_checks_can_fail(ctx):
@@ -337,11 +434,18 @@ def test_controls_show_the_checks_can_fail(ctx):
     with SandboxPool(SandboxConfig(network_isolation="off", **LIMITS), max_workers=1) as open_pool:
         assert not open_pool.network_isolated
         result = open_pool.run_sync(ctx.fill(HOSTILE["network_to_outside_listener"][0]))
+        socket_run = open_pool.run_sync(ctx.fill(HOSTILE["host_unix_sockets"][0]))
     assert "CONNECTED" in result.stdout, result
     deadline = time.monotonic() + 2
     while ctx.listener4.accepted == before and time.monotonic() < deadline:
         time.sleep(0.02)
     assert ctx.listener4.accepted > before
+    # Every planted socket takes a connection from here (the test process), so a refusal inside the
+    # sandbox is the sandbox's doing; without namespaces even the sandbox uid gets through to them.
+    assert all(_connects(address) for address in ctx.sockets.values()), ctx.sockets
+    report = json.loads(socket_run.stdout.strip().splitlines()[-1])
+    reachable = {name for name in ctx.sockets if name != "proc_root"}  # /proc/<pid>/root needs ptrace rights
+    assert {name for name in reachable if report[name] == "CONNECTED"} == reachable, report
 
 
 # --------------------------------------------------------------------------- non-root trainer
@@ -370,7 +474,7 @@ NON_ROOT_SCRIPT = textwrap.dedent("""
 NON_ROOT_PROGRAMS = ["infinite_loop", "fork_bomb", "memory_hog", "thread_bomb", "disk_fill_one_file",
                      "network_to_outside_listener", "read_planted_env_secret", "read_parent_and_all_environ",
                      "daemon_double_fork_setsid", "signal_the_parent", "write_outside_workdir",
-                     "sleep_past_timeout", "huge_stdout"]
+                     "sleep_past_timeout", "huge_stdout", "host_unix_sockets"]
 
 
 def _describe(pid: int) -> str:
@@ -422,7 +526,8 @@ def _run_as_unprivileged_trainer(ctx: Context, programs: list[str], config: dict
         payload = {name: (ctx.fill(HOSTILE[name][0]), HOSTILE[name][3]) for name in programs}
         drop = ("import os, sys\nuid = int(sys.argv[1])\nos.setgroups([])\nos.setgid(uid)\nos.setuid(uid)\n"
                 "os.execv(sys.argv[2], sys.argv[2:])\n")
-        env = {"PATH": "/usr/bin:/bin", "HOME": home, "SANDBOX_TEST_SECRET": SECRET, "LANG": "C.UTF-8"}
+        env = {"PATH": "/usr/bin:/bin", "HOME": home, "SANDBOX_TEST_SECRET": SECRET, "LANG": "C.UTF-8",
+               **{name: os.environ[name] for name in BUS_ENV}}
         proc = subprocess.run(
             [sys.executable, "-I", "-S", "-c", drop, str(uid), python, "-E", "-s", script, home, json.dumps(payload),
              SECRET, json.dumps(config)],
@@ -458,6 +563,7 @@ def test_non_root_trainer_keeps_the_limits(ctx):
     assert results["daemon_double_fork_setsid"]["duration"] < WALL
     assert _forbidden_writes(results["write_outside_workdir"]["stdout"], ctx) == []
     assert _leftover_files({NON_ROOT_TRAINER_UID}, ctx.marker) == []
+    _assert_no_host_socket(results["host_unix_sockets"]["stdout"], ctx, report["filesystem_isolated"])
     if report["network_isolated"]:
         assert "CONNECTED" not in results["network_to_outside_listener"]["stdout"]
         time.sleep(0.1)
@@ -582,6 +688,8 @@ def test_hostile_program_through_the_warm_judge_leaves_nothing_for_the_next(warm
         assert "CONNECTED" not in verdict.output, verdict
     if name == "sysv_ipc_leftovers":
         assert "shm -1" not in verdict.output, verdict  # it did create the objects
+    if name == "host_unix_sockets":
+        _assert_no_host_socket(verdict.output, ctx)
     after = _probe(warm_pool)
     assert after == fresh, (name, fresh, after)
     assert warm_pool._servers[0] is server, "a contained program must not cost the slot its server"

@@ -5,6 +5,11 @@ The update is :class:`~comlrl.trainers.core.policy_learning.PolicyLearner`'s: pe
 agent i's own model with ``use_separate_critic=False``) reads agent i's prompt (and response, for
 ``critic_type="q"``); the advantage ``R − V(h_i)`` (or ``Q − mean Q``) weights agent i's log-probs, and the
 critic is fit to ``R``. Critics and their optimizers live as long as the trainer and are checkpointed.
+
+Non-finite numbers (both actor-critic trainers): an item with a NaN / inf reward is dropped
+(``nonfinite_rewards_dropped``); a non-finite loss, log-prob, critic value or value loss skips the update of
+every agent and critic (``nonfinite_losses_skipped``); ``max_nonfinite_losses_in_a_row`` in a row stop the
+run (:mod:`comlrl.trainers.core.nonfinite`).
 """
 
 from __future__ import annotations

@@ -188,7 +188,11 @@ class TrainerConfig(StrictFromDict):
             EOS included (the decision to stop is part of the response); `True` reproduces the public
             library's decentralized scorer, for parity runs.
         max_nonfinite_losses_in_a_row (`int`, *optional*, defaults to `10`):
-            A non-finite loss skips its update (counted and logged); this many in a row stop the run.
+            A NaN / inf loss or log-prob skips its update (no parameter changes; counted in
+            `nonfinite_losses_skipped`, logged); an item with a non-finite reward is dropped (counted in
+            `nonfinite_rewards_dropped`), and an update left with no item is a skipped one. This many skipped
+            updates in a row stop the run. Same name, meaning and default in every trainer family (the MARLHF
+            reward-model fit and pettingllms' AT-GRPO included).
         use_environment_step (`bool`, *optional*, defaults to `True`):
             Whether the logging x-axis is CoMLRL's `env_step` (else the update count).
         advantage_normalization (`bool`, *optional*, defaults to `True`):
@@ -279,7 +283,9 @@ class TrainerConfig(StrictFromDict):
         False,
     )
     max_nonfinite_losses_in_a_row: int = help_field(
-        "Non-finite losses are skipped and counted; this many in a row stop the run.", 10
+        "Updates with a NaN / inf loss or log-prob (or no item with finite rewards) are skipped, counted and "
+        "logged; this many in a row stop the run.",
+        10,
     )
     use_environment_step: bool = help_field("Log against CoMLRL's env_step (else the update count).", True)
     advantage_normalization: bool = help_field(

@@ -21,7 +21,8 @@ called once per item with all K candidates: each agent's list holds K completion
 ``batch_items`` hold K entries, and the result must hold K scores in candidate order.
 
 A function that raises, returns a non-finite score or the wrong number of scores is an
-:class:`OracleError` naming the item and the candidate; nothing becomes a silent zero.
+:class:`OracleError` naming the item and the candidate; nothing becomes a silent zero. A non-finite score is
+the subclass :class:`NonFiniteRewardError`, which the trainers catch to drop that item (counted, logged).
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_O
 
 class OracleError(RuntimeError):
     """The reward function or processor failed, or returned something unusable, for a candidate."""
+
+
+class NonFiniteRewardError(OracleError):
+    """The reward function or processor returned a NaN or ±inf (trainers drop the item and count it)."""
 
 
 def batched_reward(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -186,7 +191,7 @@ class Oracle:
             raise OracleError(f"`reward_func` returned {len(values)} scores on {where}, expected {expected}")
         for k, value in zip(candidates, values):
             if not math.isfinite(value):
-                raise OracleError(f"`reward_func` returned {value} on {_where(item_index, [k])}")
+                raise NonFiniteRewardError(f"`reward_func` returned {value} on {_where(item_index, [k])}")
         return values
 
     def _process(self, raw: float, item_index: int | None, k: int) -> float:
@@ -198,7 +203,9 @@ class Oracle:
         except Exception as exc:
             raise OracleError(f"`reward_processor` raised {type(exc).__name__} on {where}: {exc}") from exc
         values = _as_floats(out, where)
-        if len(values) != 1 or not math.isfinite(values[0]):
+        if len(values) == 1 and not math.isfinite(values[0]):
+            raise NonFiniteRewardError(f"`reward_processor` returned {out!r} on {where}, expected one finite number")
+        if len(values) != 1:
             raise OracleError(f"`reward_processor` returned {out!r} on {where}, expected one finite number")
         return values[0]
 

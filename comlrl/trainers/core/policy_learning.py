@@ -26,7 +26,14 @@ One epoch over the training items, top to bottom (:meth:`PolicyLearner.run_epoch
      zero); one backward per agent, then every optimizer steps once.
 
 Critics and their optimizers are built once per trainer and persist across epochs and rounds; they travel
-in checkpoints. A non-finite loss skips the update (counted; ``max_nonfinite_losses_in_a_row`` stop the run).
+in checkpoints.
+
+Non-finite numbers (:mod:`comlrl.trainers.core.nonfinite`): an item with a NaN / inf reward (from the task
+oracle or the reward model) is dropped before the update, with its K joint responses (counted in
+``nonfinite_rewards_dropped``, logged); an update whose every item was dropped is skipped. A non-finite
+loss, log-prob, reference KL, advantage or critic value of any agent skips the whole update before any
+optimizer steps (counted in ``nonfinite_losses_skipped``, logged naming the agent and the quantity).
+``max_nonfinite_losses_in_a_row`` skipped updates in a row stop the run.
 Log-probs are taken at temperature 1 (the policy's own distribution), as the public library does.
 
 Metrics per update: ``loss``, ``turn_1/reward_mean``, ``turn_1/expected_return`` (single turn: the same),
@@ -54,13 +61,17 @@ from comlrl.rl import (
     compute_advantages,
     critic_advantages,
     explained_variance,
+    finite_group_mask,
     group_stats,
+    is_finite,
     masked_whiten,
+    nonfinite_names,
     policy_gradient_loss,
     value_loss,
 )
 from comlrl.trainers.core.critics import ValueModel, agent_critic_text, build_critics, joint_critic_text
 from comlrl.trainers.core.models import pad_token_id, scoring_mode
+from comlrl.trainers.core.oracle import NonFiniteRewardError
 from comlrl.trainers.core.reference import ReferencePolicy, shaped_rewards
 from comlrl.trainers.core.sampling import ItemSample
 from comlrl.trainers.core.trainer import MultiAgentTrainerBase
@@ -94,10 +105,18 @@ class AgentLoss:
 
 
 def task_reward_fn(trainer: MultiAgentTrainerBase) -> RewardFn:
-    """The trainer's oracle (``reward_func`` after ``reward_processor``), item by item."""
+    """The trainer's oracle (``reward_func`` after ``reward_processor``), item by item; an item with a
+    non-finite score gets NaN for all its responses (the update drops it and counts it)."""
+
+    def item_scores(sample: ItemSample) -> list[float]:
+        try:
+            return list(trainer.score(sample).processed)
+        except NonFiniteRewardError as error:
+            logger.warning("%s: the item is dropped from its update", error)  # says which value, and where
+            return [math.nan] * len(sample.candidates[0])
 
     def score(samples: list[ItemSample]) -> list[list[float]]:
-        return [list(trainer.score(sample).processed) for sample in samples]
+        return [item_scores(sample) for sample in samples]
 
     return score
 
@@ -190,6 +209,10 @@ class PolicyLearner(TrainerPart):
     ) -> dict[str, float] | None:
         """One update of every agent (and critic) on ``samples``; returns its metrics (None when skipped)."""
         args, trainer = self.args, self.trainer
+        where = f"update {trainer.updates_seen + 1} ({where})"
+        samples, rewards = self._finite_items(samples, rewards, where)
+        if not samples:
+            return None
         num_items, k = len(samples), len(rewards[0])
         returns = torch.tensor([float(r) for row in rewards for r in row], dtype=torch.float32)
         groups = torch.arange(num_items).repeat_interleave(k)
@@ -203,8 +226,9 @@ class PolicyLearner(TrainerPart):
             # Backward inside the block: peft only lets the active adapter accumulate gradients.
             with trainer.policy.activate(agent), scoring_mode(model, args.disable_dropout):
                 out = self.agent_loss(a, samples, returns, groups, critic_values)
-                if not bool(torch.isfinite(out.total)):
-                    return self._skip(f"update {trainer.updates_seen + 1} ({where}), agent {a}")
+                bad = _nonfinite_parts(out)
+                if bad:
+                    return self._skip(where, f"{', '.join(bad)} of agent {a}")
                 out.total.backward()
             if out.value_loss is not None:
                 value_losses.append(out.value_loss.detach())
@@ -214,12 +238,13 @@ class PolicyLearner(TrainerPart):
             lengths.append(out.mask.sum(-1).float().cpu())
         if self.algorithm == "maac":
             v_loss = self._value_loss(critic_values, returns)
-            if not bool(torch.isfinite(v_loss)):
-                return self._skip(f"update {trainer.updates_seen + 1} ({where}), critic")
+            bad = nonfinite_names({"critic values": critic_values, "value loss": v_loss})
+            if bad:
+                return self._skip(where, f"{', '.join(bad)} of the joint critic")
             (args.value_loss_coef * v_loss).backward()
             value_losses.append(v_loss.detach())
         self._step()
-        trainer.nonfinite_in_a_row = 0
+        trainer.nonfinite.finite_step()
         metrics = self._metrics(returns, groups, agent_losses, advantages_seen, kls, lengths)
         if self.critics:
             metrics["value_loss"] = float(torch.stack([v.float().cpu() for v in value_losses]).mean())
@@ -264,7 +289,10 @@ class PolicyLearner(TrainerPart):
         values = critic_values
         if self.algorithm == "iac":
             values = self._agent_values(agent, samples, len(samples[0].candidates[agent]))
-        advantages = self.advantages(returns.to(device), kl, groups.to(device), values)
+        if is_finite(kl):
+            advantages = self.advantages(returns.to(device), kl, groups.to(device), values)
+        else:  # inf logits give an inf KL, and no advantage: training_step skips the update on it
+            advantages = torch.full_like(kl, math.nan)
         loss = policy_gradient_loss(
             logprobs,
             advantages,
@@ -381,10 +409,26 @@ class PolicyLearner(TrainerPart):
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
 
-    def _skip(self, where: str) -> None:
-        self._zero_grad()
-        self.trainer.record_nonfinite(where)
+    def _skip(self, where: str, what: str) -> None:
+        self._zero_grad()  # gradients of the agents scored before stay unused: no parameter changes
+        self.trainer.record_nonfinite(where, what)
         return None
+
+    def _finite_items(
+        self, samples: Sequence[ItemSample], rewards: Sequence[Sequence[float]], where: str
+    ) -> tuple[list[ItemSample], list[list[float]]]:
+        """The items whose every reward is finite; the others are dropped (counted, logged, and when none is
+        left the update is a non-finite one)."""
+        k = len(rewards[0])
+        flat = [float(r) for row in rewards for r in row]
+        keep, dropped = finite_group_mask(flat, torch.arange(len(samples)).repeat_interleave(k))
+        if dropped:
+            what = "; ".join(f"item {samples[i].item_index}: {list(rewards[i])}" for i in dropped)
+            self.trainer.nonfinite.drop_rewards(len(dropped), what, where)
+            if len(dropped) == len(samples):
+                self.trainer.nonfinite.empty_step(where)
+        kept = [i for i in range(len(samples)) if bool(keep[i * k])]
+        return [samples[i] for i in kept], [list(rewards[i]) for i in kept]
 
     # ------------------------------------------------------------------------------------ checkpoints
     def on_fresh_run(self, output_dir: str | os.PathLike | None = None) -> None:
@@ -460,15 +504,23 @@ def _completion_logprobs(model, prompts, completions, pad: int, args) -> tuple[t
 
 
 def _check_rewards(rewards: Any, samples: Sequence[ItemSample], k: int) -> None:
+    """One score per joint response of every item (a non-finite one is data: training_step drops its item)."""
     if len(rewards) != len(samples) or any(len(row) != k for row in rewards):
         raise RuntimeError(
             f"the reward function returned {[len(r) for r in rewards]} scores for {len(samples)} items of "
             f"{k} "
             "joint responses each"
         )
-    for i, row in enumerate(rewards):
-        for j, value in enumerate(row):
-            if not math.isfinite(float(value)):
-                raise RuntimeError(
-                    f"non-finite reward {value} for item {samples[i].item_index}, response {j}"
-                )
+
+
+def _nonfinite_parts(out: AgentLoss) -> list[str]:
+    """What of one agent's loss is non-finite, most specific first (log-probs explain a NaN loss)."""
+    parts = {
+        "log-probs": out.logprobs,
+        "reference KL": out.kl,
+        "critic values": out.values,
+        "advantages": out.advantages,
+        "value loss": out.value_loss,
+        "loss": out.total,
+    }
+    return nonfinite_names(parts, {"log-probs": out.mask})

@@ -43,7 +43,8 @@ from comlrl.rollout import GenerationRequest, HFBackend, SamplingParams
 from comlrl.seeding import derive_seed
 from comlrl.trainers.core.centralized import CentralizedCollaboration, check_adapter
 from comlrl.trainers.core.models import disable_dropout
-from comlrl.trainers.core.oracle import Oracle, OracleScores
+from comlrl.trainers.core.nonfinite import NonFiniteGuard
+from comlrl.trainers.core.oracle import NonFiniteRewardError, Oracle, OracleScores
 from comlrl.trainers.core.sampling import ItemSample, generation_overrides, model_top_k, prompt_text
 from comlrl.trainers.core.team import as_items, build_team, resolve_formatters, save_agent_folders
 from comlrl.trainers.core.train_options import (
@@ -250,8 +251,7 @@ class MultiAgentTrainerBase(TrainerCore):
         self.env_step = 0
         self.updates_seen = 0
         self.eval_count = 0
-        self.nonfinite_losses_skipped = 0
-        self.nonfinite_in_a_row = 0
+        self.nonfinite = NonFiniteGuard(self.args.max_nonfinite_losses_in_a_row, on_count=self._log)
         self._last_log_x = 0
         self._window: dict[str, list[float]] = defaultdict(list)
         self.data_cursor = {}
@@ -342,6 +342,16 @@ class MultiAgentTrainerBase(TrainerCore):
             item=sample.item,
             item_index=sample.item_index,
         )
+
+    def score_finite(self, sample: ItemSample, where: str, candidates: Any = None) -> OracleScores | None:
+        """:meth:`score`, or None (the item dropped, counted, logged) when a score is non-finite."""
+        try:
+            scores = self.score(sample, candidates)
+        except NonFiniteRewardError as error:
+            self.nonfinite.drop_rewards(1, str(error), where)
+            return self.nonfinite.empty_step(where)  # None: this item's pairs are the collection's step
+        self.nonfinite.finite_step()
+        return scores
 
     def _require_train_items(self) -> list[Any]:
         if self.train_dataset is None:
@@ -509,19 +519,11 @@ class MultiAgentTrainerBase(TrainerCore):
         if self.x_step - self._last_log_x >= self.args.logging_steps:
             self._flush_window()
 
-    def record_nonfinite(self, where: str) -> None:
-        """Count a skipped non-finite loss; too many in a row stop the run."""
-        self.nonfinite_losses_skipped += 1
-        self.nonfinite_in_a_row += 1
-        logger.warning("non-finite loss at %s skipped (%d so far)", where, self.nonfinite_losses_skipped)
-        self._log({"nonfinite_losses_skipped": self.nonfinite_losses_skipped})
-        limit = self.args.max_nonfinite_losses_in_a_row
-        if self.nonfinite_in_a_row >= limit:
-            raise RuntimeError(
-                f"{self.nonfinite_in_a_row} non-finite losses in a row (limit "
-                f"`max_nonfinite_losses_in_a_row`={limit}), the last at {where}; check the learning rate, "
-                "the dtype and the models' outputs"
-            )
+    nonfinite_losses_skipped = property(lambda self: self.nonfinite.losses_skipped, doc="Updates skipped (run).")
+
+    def record_nonfinite(self, where: str, what: str = "loss") -> None:
+        """Count an update skipped for a non-finite ``what`` (see :mod:`.nonfinite`; may stop the run)."""
+        self.nonfinite.skip_step(what, where)
 
     def _flush_window(self) -> None:
         if not self._window:
@@ -534,7 +536,7 @@ class MultiAgentTrainerBase(TrainerCore):
 
     def _window_counters(self) -> dict[str, float]:
         """Run counters logged with every flushed window (subclasses add theirs first)."""
-        return {"nonfinite_losses_skipped": self.nonfinite_losses_skipped, "updates": self.updates_seen}
+        return {**self.nonfinite.metrics(), "updates": self.updates_seen}
 
     # ------------------------------------------------------------------------------------ save_model
     def save_model(self, output_dir: str | os.PathLike) -> Path:
@@ -571,8 +573,7 @@ class MultiAgentTrainerBase(TrainerCore):
             "env_step": self.env_step,
             "updates_seen": self.updates_seen,
             "eval_count": self.eval_count,
-            "nonfinite_losses_skipped": self.nonfinite_losses_skipped,
-            "nonfinite_in_a_row": self.nonfinite_in_a_row,
+            **self.nonfinite.state_dict(),
             "last_log_x": self._last_log_x,
         }
 
@@ -580,8 +581,7 @@ class MultiAgentTrainerBase(TrainerCore):
         self.env_step = int(extra["env_step"])
         self.updates_seen = int(extra["updates_seen"])
         self.eval_count = int(extra["eval_count"])
-        self.nonfinite_losses_skipped = int(extra["nonfinite_losses_skipped"])
-        self.nonfinite_in_a_row = int(extra["nonfinite_in_a_row"])
+        self.nonfinite.load_state_dict(extra)
         self._last_log_x = int(extra["last_log_x"])
         self._window = defaultdict(list)
 

@@ -11,27 +11,30 @@ A checkpoint holds, besides weights, optimizers, schedulers and every random str
 ``trainer_state.json`` with the step, :attr:`TrainerCore.data_cursor`, the metrics so far and ``extra`` (the
 trainer's :meth:`TrainerCore.state_extra`, then each part's JSON state under its ``state_key``), and one
 ``extra/<name>/`` folder per payload (the trainer's :meth:`TrainerCore.checkpoint_payloads`, then the parts').
-Loading restores in the same order, weights and random streams first.
+Loading restores in the same order, weights and random streams first. A resume first removes what writes
+interrupted by a kill left in :attr:`TrainerCore.output_dir` (:func:`comlrl.atomic_io.remove_stale_temporaries`)
+and checks the whole checkpoint before it changes anything (:func:`comlrl.checkpoint.verify_checkpoint`).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from comlrl.atomic_io import atomic_write_text
+from comlrl.atomic_io import remove_stale_temporaries
 from comlrl.checkpoint import (
     TrainerState,
     find_checkpoint,
     load_checkpoint,
     read_trainer_state,
     save_checkpoint,
+    verify_checkpoint,
 )
 from comlrl.policy import MultiAgentPolicy
+from comlrl.seeding import seed_everything
 
 __all__ = ["TrainerCore", "TrainerPart"]
 
@@ -82,7 +85,8 @@ class TrainerCore:
     - :meth:`check_checkpoint`: refuse a checkpoint before anything is loaded from it;
     - :meth:`checkpoint_log_history` / :meth:`restore_log_history`: the metrics records a checkpoint keeps,
       and what the metrics log becomes on resume;
-    - :meth:`on_fresh_run`: a fresh run starts (call super: it tells the parts).
+    - :meth:`run_seed`: the seed of the global random streams at a fresh run's start (default ``args.seed``);
+    - :meth:`on_fresh_run`: a fresh run starts (call super: it seeds the global streams and tells the parts).
 
     Attributes: :attr:`data_cursor`, any JSON value locating the next batch (saved with every checkpoint);
     :attr:`verbose`, whether progress bars show.
@@ -143,12 +147,19 @@ class TrainerCore:
 
     def restore_log_history(self, history: list[dict]) -> None:
         """The metrics log becomes the checkpoint's history (in memory and on disk)."""
-        logger = self.metrics_logger
-        logger.history = [dict(r) for r in history]
-        atomic_write_text(logger.path, "".join(json.dumps(r) + "\n" for r in history))
+        self.metrics_logger.rewrite(history)
+
+    def run_seed(self) -> int | None:
+        """The seed a fresh run seeds the global random streams with (default: ``args.seed``, the Hugging
+        Face convention, where the trainer has ``args``); None leaves them alone."""
+        return getattr(getattr(self, "args", None), "seed", None)
 
     def on_fresh_run(self) -> None:
-        """A fresh (not resumed) run is about to start: every part hears it."""
+        """A fresh (not resumed) run is about to start: the global random streams are seeded with
+        :meth:`run_seed` (a resume restores them from its checkpoint instead), then every part hears it."""
+        seed = self.run_seed()
+        if seed is not None:
+            seed_everything(seed)
         for part in self._parts:
             part.on_fresh_run()
 
@@ -211,7 +222,12 @@ class TrainerCore:
         """Restore a checkpoint written by :meth:`save_checkpoint` into this trainer: weights, optimizers,
         schedulers and random streams, then the step, the data cursor and JSON state, then the payloads,
         then the metrics log."""
+        if self.output_dir.is_dir():
+            remove_stale_temporaries(self.output_dir)
         path = self.find_checkpoint(path)
+        if path.parent.resolve() != self.output_dir.resolve():  # checkpoints kept outside output_dir
+            remove_stale_temporaries(path.parent, max_depth=0)
+        verify_checkpoint(path)
         self.check_checkpoint(path, read_trainer_state(path))
         state = load_checkpoint(
             path,

@@ -166,7 +166,9 @@ class PreferenceTrainerBase(MultiAgentTrainerBase):
         )
         for _, _, samples in batches:
             for sample in samples:
-                scores = self.score(sample)
+                scores = self.score_finite(sample, f"round {round_index}, pair collection")
+                if scores is None:  # a non-finite score: the item is dropped (counted, logged)
+                    continue
                 rewards += scores.processed
                 built = build_preference_pairs(
                     sample.prompt_texts,

@@ -14,8 +14,10 @@ The loop, top to bottom (the base trainer; the iterative one runs the same updat
    (:func:`~comlrl.trainers.preference.losses.madpo_agent_losses`): one backward of the summed losses
    gives each agent exactly its own gradient, and every policy's AdamW steps once.
 
-A non-finite loss skips the update (counted, logged; ``max_nonfinite_losses_in_a_row`` in a row stop the
-run). Override points: :meth:`MADPOTrainer.compute_margins` and :meth:`MADPOTrainer.training_step`.
+A non-finite loss (or an agent's non-finite log-probs) skips the update: no parameter changes, the skip is
+counted in ``nonfinite_losses_skipped`` and logged naming the agent and the update;
+``max_nonfinite_losses_in_a_row`` in a row stop the run (:mod:`comlrl.trainers.core.nonfinite`). An item
+whose oracle score is non-finite yields no pairs (counted in ``nonfinite_rewards_dropped``). Override points: :meth:`MADPOTrainer.compute_margins` and :meth:`MADPOTrainer.training_step`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
+from comlrl.rl import nonfinite_names
 from comlrl.scoring import completion_logprobs
 from comlrl.seeding import derive_seed
 from comlrl.trainers.core.models import pad_token_id, scoring_mode
@@ -123,14 +126,16 @@ class MADPOTrainer(PreferenceTrainerBase):
         margins = self.compute_margins(batch)
         losses = madpo_agent_losses(margins, self.args.dpo_beta)
         total = losses.sum()
-        if not bool(torch.isfinite(total)):
+        # Margins are sums of an agent's log-probs: a non-finite one names the agent whose model produced it.
+        bad = nonfinite_names({**{f"log-probs of agent {a}": m for a, m in enumerate(margins)}, "loss": total})
+        if bad:
             del total, losses, margins
-            self.record_nonfinite(f"update {self.updates_seen + 1} ({where})")
+            self.record_nonfinite(f"update {self.updates_seen + 1} ({where})", ", ".join(bad))
             return None
         with self._all_adapters_trainable():
             total.backward()
         self.step_optimizers()
-        self.nonfinite_in_a_row = 0
+        self.nonfinite.finite_step()
         detached = margins.detach()
         reward_mean = sum(p.candidate_reward_mean for p in batch) / len(batch)
         metrics = {

@@ -13,6 +13,12 @@ The base trainer, top to bottom:
    (:class:`~comlrl.trainers.core.policy_learning.PolicyLearner`, backend ``rl_algorithm``) with the reward
    model's scores (no gradients, one batched forward per rollout buffer) replacing the task reward.
 
+Non-finite numbers: a fit step with a non-finite Bradley–Terry loss is skipped (counted in
+``reward_model/skipped_steps`` and the run's ``nonfinite_losses_skipped``); an item the oracle or the reward
+model scores NaN / inf is dropped (``nonfinite_rewards_dropped``); a non-finite RL loss or log-prob skips the
+update. ``max_nonfinite_losses_in_a_row`` in a row stop the fit or the run
+(:mod:`comlrl.trainers.core.nonfinite`).
+
 The iterative trainer (:class:`MARLHFIterTrainer`) runs the round loop of :mod:`.rounds`; each round
 fits a freshly initialised reward model on the replay sample (or continues last round's with
 ``reward_warm_start``), then runs the RL stage. With ``preference_scoring_reward="reward_model"`` the last
@@ -178,7 +184,9 @@ class MARLHFTrainer(PreferenceTrainerBase):
         model.eval()
         self.reward_model = model
         self._use_reward_model_as_oracle()
-        self._log({**metrics, "reward_model/warm_start": float(warm)})
+        # The fit's skipped (non-finite) steps count among the run's, next to the RL stage's.
+        self.nonfinite.losses_skipped += int(metrics["reward_model/skipped_steps"])
+        self._log({**metrics, "reward_model/warm_start": float(warm), **self.nonfinite.metrics()})
         return metrics
 
     def _use_reward_model_as_oracle(self) -> None:

@@ -1,12 +1,13 @@
 """Preference pairs, their JSON records, and the round files of an iterative run.
 
 A round is stored as ``iteration_NNNN.json`` (1-based) holding
-``{"iteration": n, "num_pairs": N, "pairs": [record, ...]}``, where each record has exactly the nine
-fields of :data:`RECORD_FIELDS`. Beside it, ``iteration_NNNN.ids.bin`` (the *sidecar*) holds the byte
+``{"format_version": 1, "iteration": n, "num_pairs": N, "pairs": [record, ...]}`` (no ``format_version``:
+version 1, written before it existed; ``iteration`` is the number in the name), where each record has exactly
+the nine fields of :data:`RECORD_FIELDS`. Beside it, ``iteration_NNNN.ids.bin`` (the *sidecar*) holds the byte
 span of every record inside the JSON file and every record's sampled token ids, so a replay draw reads
 only the records it drew and trains on the ids they were sampled with. Both files are written
 atomically, the sidecar first: a round file without a sidecar came from elsewhere, and its pairs are
-tokenized from text once, on first use.
+tokenized from text once, on first use. When the JSON file cannot be written, the new sidecar is removed.
 
 Sidecar layout (little endian): the 8-byte magic ``COMLRLPI``, a uint64 header length, a JSON header
 (``version``, ``iteration``, ``num_pairs``, ``json_size`` and, per array, dtype / shape / byte offset),
@@ -59,6 +60,7 @@ ROUND_FILE_RE = re.compile(r"^iteration_(\d{4,})\.json$")
 SIDECAR_SUFFIX = ".ids.bin"
 SIDECAR_MAGIC = b"COMLRLPI"
 SIDECAR_VERSION = 1
+ROUND_FORMAT_VERSION = 1
 _ALIGN = 8
 
 
@@ -272,7 +274,8 @@ def list_round_files(folder: str | Path) -> list[Path]:
 
 
 def _round_head(iteration: int, num_pairs: int) -> bytes:
-    return f'{{"iteration": {int(iteration)}, "num_pairs": {int(num_pairs)}, "pairs": ['.encode()
+    head = f'"format_version": {ROUND_FORMAT_VERSION}, "iteration": {int(iteration)}, "num_pairs": {num_pairs}'
+    return ("{" + head + ', "pairs": [').encode()
 
 
 def write_round(path: str | Path, iteration: int, pairs: Sequence[PreferencePair]) -> Path:
@@ -298,7 +301,11 @@ def write_round(path: str | Path, iteration: int, pairs: Sequence[PreferencePair
     pieces.append(b"\n]}\n" if pairs else b"]}\n")
     blob = b"".join(pieces)
     atomic_write_bytes(sidecar_path(path), _sidecar_bytes(iteration, pairs, spans, len(blob)))
-    atomic_write_bytes(path, blob)
+    try:
+        atomic_write_bytes(path, blob)
+    except BaseException:
+        sidecar_path(path).unlink(missing_ok=True)  # it describes a file that was not written
+        raise
     return path
 
 
@@ -363,11 +370,8 @@ def _sidecar_bytes(
 
 @contextmanager
 def paused_gc() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while many acyclic objects are built.
-
-    Loading a draw allocates tens of thousands of small lists; without the pause, collections of the
-    older generations triggered by those allocations cost as much as the load itself.
-    """
+    """Pause Python's cyclic garbage collector while many acyclic objects are built: the collections that
+    the tens of thousands of small lists of a draw trigger would cost as much as the load itself."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -415,9 +419,16 @@ def _parse_round(path: Path, raw: bytes) -> Round:
     for key in ("iteration", "num_pairs", "pairs"):
         if key not in payload:
             raise RoundFileError(f"{path}: missing key {key!r}")
+    if unknown := sorted(set(payload) - {"format_version", "iteration", "num_pairs", "pairs"}):
+        raise RoundFileError(f"{path}: unknown key(s) {unknown}")
+    if (version := payload.get("format_version", 1)) != ROUND_FORMAT_VERSION:
+        raise RoundFileError(f"{path}: 'format_version' is {version!r}, this comlrl reads {ROUND_FORMAT_VERSION}")
     iteration, num_pairs, records = payload["iteration"], payload["num_pairs"], payload["pairs"]
     if isinstance(iteration, bool) or not isinstance(iteration, int) or iteration < 1:
         raise RoundFileError(f"{path}: 'iteration' must be an integer >= 1, got {iteration!r}")
+    named = ROUND_FILE_RE.match(path.name)
+    if named and iteration != int(named.group(1)):
+        raise RoundFileError(f"{path}: 'iteration' is {iteration} but the file name says {int(named.group(1))}")
     if not isinstance(records, list):
         raise RoundFileError(f"{path}: 'pairs' must be a list, got {type(records).__name__}")
     if isinstance(num_pairs, bool) or not isinstance(num_pairs, int) or num_pairs != len(records):

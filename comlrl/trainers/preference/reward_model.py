@@ -60,8 +60,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from comlrl.atomic_io import atomic_replace_dir, atomic_write_bytes, atomic_write_json
+from comlrl.rl import nonfinite_names
 from comlrl.seeding import derive_seed
 from comlrl.trainers.core.models import hidden_size, last_token_index
+from comlrl.trainers.core.nonfinite import SETTING, NonFiniteError
 from comlrl.trainers.core.validation import check_choice, check_int
 
 logger = logging.getLogger(__name__)
@@ -659,6 +661,7 @@ def fit_reward_model(
     max_grad_norm: float | None = None,
     eval_batch_size: int | None = None,
     max_nonfinite_fraction: float = 0.1,
+    max_nonfinite_losses_in_a_row: int = 10,
     on_step: Callable[[dict[str, float]], None] | None = None,
 ) -> dict[str, float]:
     """Fit ``model`` in place with the Bradley–Terry loss; return the metrics.
@@ -667,8 +670,10 @@ def fit_reward_model(
     ``reward_train_batch_size`` and ``reward_learning_rate``. Pairs are PreferencePair objects or record
     mappings. The order of each epoch comes from a generator seeded by ``seed``; the optimizer is a fresh
     AdamW over the trainable parameters (a warm start is the caller passing last round's model).
-    A step with a non-finite loss is skipped and counted; past ``max_nonfinite_fraction`` of the planned
-    steps the fit stops with an error. ``on_step`` receives ``{"reward_model/step_loss", ...}`` per step.
+    A step with a non-finite loss (or non-finite rewards of its winners or losers) is skipped, counted and
+    logged; the fit stops with an error past ``max_nonfinite_fraction`` of the planned steps, after
+    ``max_nonfinite_losses_in_a_row`` skipped steps in a row (the trainers' setting, same meaning), or when
+    no step went through. ``on_step`` receives ``{"reward_model/step_loss", ...}`` per step.
 
     Returns ``reward_model/loss`` and ``reward_model/accuracy`` (the last epoch, each pair scored before
     its update, as TRL reports them), ``reward_model/eval_loss`` and ``reward_model/eval_accuracy`` (held
@@ -684,6 +689,7 @@ def fit_reward_model(
         raise ValueError(f"`lr` must be a finite number > 0, got {lr!r}")
     if not 0 <= max_nonfinite_fraction <= 1:
         raise ValueError(f"`max_nonfinite_fraction` must be in [0, 1], got {max_nonfinite_fraction}")
+    check_int(SETTING, max_nonfinite_losses_in_a_row, 1, spell_out=True)
     if len(train_pairs) == 0:
         raise ValueError("`train_pairs` is empty: the reward model needs at least one preference pair")
 
@@ -702,9 +708,9 @@ def fit_reward_model(
     steps_per_epoch = math.ceil(num_pairs / batch_size)
     allowed_skips = max_nonfinite_fraction * steps_per_epoch * epochs
     model.eval()  # dropout off while fitting: deterministic given the seed
-    steps = skipped = 0
+    steps = skipped = in_a_row = 0
     epoch_loss = epoch_correct = epoch_seen = 0.0
-    for _epoch in range(epochs):
+    for epoch in range(epochs):
         epoch_loss = epoch_correct = epoch_seen = 0.0
         order = torch.randperm(num_pairs, generator=generator).tolist()
         for start in range(0, num_pairs, batch_size):
@@ -713,9 +719,19 @@ def fit_reward_model(
                 [winners.input_ids[i] for i in rows], [losers.input_ids[i] for i in rows]
             )
             loss = bradley_terry_loss(chosen, rejected)
-            if not torch.isfinite(loss):
+            bad = nonfinite_names({"winner rewards": chosen, "loser rewards": rejected, "Bradley–Terry loss": loss})
+            if bad:
                 skipped += 1
-                logger.warning("reward model step skipped: non-finite Bradley–Terry loss %s", loss.item())
+                in_a_row += 1
+                where = f"epoch {epoch + 1}, step {start // batch_size + 1} of {steps_per_epoch}"
+                logger.warning(
+                    "reward model step skipped: non-finite %s at %s (%d skipped so far)", ", ".join(bad), where, skipped
+                )
+                if in_a_row >= max_nonfinite_losses_in_a_row:
+                    raise NonFiniteError(
+                        f"reward model fitting stopped: {in_a_row} non-finite steps in a row (limit "
+                        f"`{SETTING}`={max_nonfinite_losses_in_a_row}), the last at {where}: non-finite {', '.join(bad)}"
+                    )
                 if skipped > allowed_skips:
                     raise FloatingPointError(
                         f"reward model fitting stopped: {skipped} non-finite losses in "
@@ -723,6 +739,7 @@ def fit_reward_model(
                     )
                 optimizer.zero_grad(set_to_none=True)
                 continue
+            in_a_row = 0
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if max_grad_norm is not None:
@@ -741,6 +758,11 @@ def fit_reward_model(
                     }
                 )
     optimizer.zero_grad(set_to_none=True)
+    if steps == 0:  # nothing was fit: the model is its initialisation, not a reward model
+        raise NonFiniteError(
+            f"reward model fitting stopped: all {skipped} steps had a non-finite loss (`{SETTING}`="
+            f"{max_nonfinite_losses_in_a_row} was not reached, but no step went through)"
+        )
     eval_loss, eval_accuracy = _evaluate_encoded(
         model, eval_winners, eval_losers, eval_batch_size or max(batch_size, 8)
     )
@@ -762,8 +784,12 @@ def fit_reward_model_from_config(
 ) -> dict[str, float]:
     """Split ``pairs`` by ``config.reward_eval_fraction`` and fit with the config's reward fields.
 
-    ``seed`` drives both the split and the shuffling (the trainer derives it per round).
+    ``seed`` drives both the split and the shuffling (the trainer derives it per round). Non-finite steps
+    stop the fit after the config's ``max_nonfinite_losses_in_a_row`` in a row, as they stop the trainers
+    (no fraction limit unless ``max_nonfinite_fraction`` is passed).
     """
+    kwargs.setdefault(SETTING, config.max_nonfinite_losses_in_a_row)
+    kwargs.setdefault("max_nonfinite_fraction", 1.0)
     train, held_out = split_pairs(pairs, config.reward_eval_fraction, seed)
     return fit_reward_model(
         model,

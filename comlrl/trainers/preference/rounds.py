@@ -23,7 +23,6 @@ Logged per round: ``iter/current_iteration``, ``iter/current_preference_pairs``,
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import random
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from comlrl.atomic_io import atomic_write_json
-from comlrl.checkpoint import extra_dir
+from comlrl.checkpoint import extra_dir, read_json_object
 from comlrl.seeding import derive_seed
 from comlrl.trainers.core.oracle import OracleScores
 from comlrl.trainers.core.sampling import ItemSample
@@ -42,9 +41,14 @@ from comlrl.trainers.core.trainer_core import TrainerPart
 from comlrl.trainers.preference.distribution import mean_or_nan, reward_range, write_reward_distribution
 from comlrl.trainers.preference.pairs import build_comparison_pairs
 from comlrl.trainers.preference.records import (
+    ROUND_FILE_RE,
     PreferencePair,
+    RoundFile,
+    RoundFileError,
     ensure_token_ids,
     list_round_files,
+    read_round,
+    round_file_name,
     sidecar_path,
 )
 from comlrl.trainers.preference.replay import PreferenceReplayBuffer
@@ -286,7 +290,9 @@ class PreferenceRounds(TrainerPart):
                 f"item {sample.item_index}: the comparator returned {len(indices)} indices for "
                 f"{[len(agent) for agent in candidates]} candidates per agent"
             )
-        current_scores = trainer.score(sample)
+        current_scores = trainer.score_finite(sample, f"round {round_index}, comparison (current)")
+        if current_scores is None:  # a non-finite score: the item gives no pairs (counted, logged)
+            return []
         stats.current_processed += current_scores.processed
         stats.current_raw += current_scores.raw
         keep = [j for j, k in enumerate(indices) if k < num_current]
@@ -296,7 +302,9 @@ class PreferenceRounds(TrainerPart):
             raw=[current_scores.raw[indices[j]] for j in keep],
             processed=[current_scores.processed[indices[j]] for j in keep],
         )
-        their_scores = trainer.score(sample, theirs)
+        their_scores = trainer.score_finite(sample, f"round {round_index}, comparison (comparator)", theirs)
+        if their_scores is None:
+            return []
         stats.comparator_processed += their_scores.processed
         stats.comparator_raw += their_scores.raw
         for cur, cmp in zip(mine_scores.processed, their_scores.processed):
@@ -359,7 +367,9 @@ class PreferenceRounds(TrainerPart):
             replay_dir.mkdir(parents=True, exist_ok=True)
             for path in sorted((source / "rounds").iterdir()):
                 shutil.copy2(path, replay_dir / path.name)
-            buffer.load_state_dict(json.loads((source / "state.json").read_text(encoding="utf-8")))
+        check_round_files(replay_dir)
+        if source is not None:
+            buffer.load_state_dict(read_json_object(source / "state.json"))
         self.replay_buffer = buffer
         try:
             folder = extra_dir(checkpoint, COMPARATOR_PAYLOAD)
@@ -383,7 +393,37 @@ def _write_state(folder: Path, state: dict) -> None:
 
 def _read_state(folder: Path) -> dict:
     if (folder / "state.json").exists():
-        return json.loads((folder / "state.json").read_text(encoding="utf-8"))
+        return read_json_object(folder / "state.json")
     import torch
 
     return torch.load(folder / "state.pt", map_location="cpu", weights_only=True)
+
+
+def check_round_files(folder: str | Path) -> list[Path]:
+    """The round files of ``folder`` in order, after checking that they are rounds 1, 2, ... without a gap
+    and that each is whole: with a sidecar, the sidecar's round number and the JSON file's size must be what
+    was written (cheap: no record is parsed); without one, the whole file is read and checked. Raises
+    :class:`~comlrl.trainers.preference.records.RoundFileError` naming the first bad file."""
+    files = list_round_files(folder)
+    for expected, path in enumerate(files, start=1):
+        number = int(ROUND_FILE_RE.match(path.name).group(1))
+        if number != expected:
+            after = f"round {expected - 1}" if expected > 1 else "the start"
+            raise RoundFileError(
+                f"{path}: round {number} does not follow {after} (round files are numbered 1, 2, ... "
+                f"without gaps; expected {round_file_name(expected)})"
+            )
+        if not sidecar_path(path).exists():
+            read_round(path)
+            continue
+        ids = RoundFile(path)
+        header = ids._header
+        if int(header["iteration"]) != number:
+            raise RoundFileError(f"{ids.sidecar}: describes round {header['iteration']} but sits beside {path.name}")
+        size = path.stat().st_size
+        if size != int(header["json_size"]):
+            raise RoundFileError(
+                f"{path}: is {size} bytes but was written with {header['json_size']} (its sidecar "
+                f"{ids.sidecar.name} says so); it was edited or cut short after it was written"
+            )
+    return files

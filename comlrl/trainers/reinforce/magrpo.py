@@ -6,6 +6,10 @@ buffer), the task reward scores the joint responses, advantages come from
 :func:`comlrl.rl.compute_advantages` with ``advantage_mode`` (mean / raw / rloo / max), and each agent
 minimises ``policy_gradient_loss`` over its own sampled tokens (padding masked). With
 ``advantage_normalization=True`` (the public default) the four baselines give identical advantages.
+
+An item with a NaN / inf reward is dropped with its group (``nonfinite_rewards_dropped``); a non-finite loss
+or log-prob skips the update (``nonfinite_losses_skipped``); ``max_nonfinite_losses_in_a_row`` in a row stop
+the run (:mod:`comlrl.trainers.core.nonfinite`).
 """
 
 from __future__ import annotations
