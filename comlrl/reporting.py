@@ -82,16 +82,15 @@ def _metrics_line(record: Mapping[str, Any]) -> str:
     return json.dumps({**record, "format_version": METRICS_FORMAT_VERSION})
 
 
-def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """The records of a ``metrics.jsonl`` file, without their ``format_version`` (blank lines skipped).
+def read_jsonl(path: str | os.PathLike, error: type[Exception] = ValueError) -> list[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` for each record of a JSONL log (blank lines skipped).
 
     A last line without its newline that does not parse is the torn end of an interrupted write: it is
-    dropped with a warning naming the file and line. Any other bad line, or a version other than
-    :data:`METRICS_FORMAT_VERSION`, raises :class:`MetricsFileError` naming the file and line.
+    dropped with a warning naming the file and line. Any other bad line raises ``error`` naming the file and
+    line.
     """
     path = Path(path)
-    text = path.read_text(encoding="utf-8", errors="replace")
-    lines = text.split("\n")
+    lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
     records = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -104,9 +103,20 @@ def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
                     "%s, line %d: torn last line (%d bytes, an interrupted write) dropped", path, number, len(line)
                 )
                 break
-            raise MetricsFileError(f"{path}, line {number}: not a JSON record ({exc})") from None
+            raise error(f"{path}, line {number}: not a JSON record ({exc})") from None
         if not isinstance(record, dict):
-            raise MetricsFileError(f"{path}, line {number}: expected a JSON object, got {type(record).__name__}")
+            raise error(f"{path}, line {number}: expected a JSON object, got {type(record).__name__}")
+        records.append((number, record))
+    return records
+
+
+def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The records of a ``metrics.jsonl`` file, without their ``format_version`` (see :func:`read_jsonl` for
+    torn and bad lines). A version other than :data:`METRICS_FORMAT_VERSION` raises
+    :class:`MetricsFileError` naming the file and line.
+    """
+    records = []
+    for number, record in read_jsonl(path, MetricsFileError):
         version = record.pop("format_version", 1)
         if version != METRICS_FORMAT_VERSION:
             raise MetricsFileError(

@@ -15,7 +15,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from comlrl.atomic_io import atomic_write_text
+from comlrl.atomic_io import append_line, atomic_write_text
+from comlrl.reporting import read_jsonl
 from comlrl.seeding import derive_seed
 from pettingllms.execution.samples import Sample
 
@@ -103,18 +104,14 @@ class TranscriptWriter:
         if not records:
             return
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-        with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
+        # One write of every line; a failed one is truncated back (never half a line in the file).
+        append_line(self.path, "\n".join(json.dumps(r, ensure_ascii=False) for r in records))
 
     def read(self) -> list[dict[str, Any]]:
+        """The records; a torn last line (a kill mid-write) is dropped with a warning naming the file."""
         if not self.path.exists():
             return []
-        return [
-            json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()
-        ]
+        return [record for _, record in read_jsonl(self.path)]
 
     def truncate_after(self, step: int) -> None:
         """Drop records of steps after ``step`` (atomically), for an exact resume."""

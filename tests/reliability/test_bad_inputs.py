@@ -381,3 +381,23 @@ def test_a_pipeline_resume_refuses_a_config_from_another_version(pipeline_run):
                                                              "plan": [], "completed": [SFT_DONE]}))
     with pytest.raises(ConfigError, match=r"run/config\.yaml\), at \['at_grpo\.old_knob', 'eval\.greedy'\]"):
         resume(config)
+
+
+def test_a_torn_last_transcript_line_is_dropped_and_a_resume_rewrites_the_file_whole(tmp_path, caplog):
+    from pettingllms.execution import TRANSCRIPT_FILE
+    from pettingllms.execution.transcripts import TranscriptWriter
+
+    writer = TranscriptWriter(tmp_path, rate=1.0)
+    writer.write([{"step": 1, "response": "a"}, {"step": 2, "response": "b"}])
+    path = tmp_path / TRANSCRIPT_FILE
+    with path.open("a") as handle:
+        handle.write('{"step": 3, "resp')  # a kill in the middle of an older, unguarded write
+    with caplog.at_level(logging.WARNING, logger="comlrl.reporting"):
+        assert [r["step"] for r in writer.read()] == [1, 2]
+    assert caplog.messages == [f"{path}, line 3: torn last line (17 bytes, an interrupted write) dropped"]
+    writer.truncate_after(2)  # what a resume does before rolling step 3 out again
+    writer.write([{"step": 3, "response": "c"}])
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2, 3]
+    path.write_text('{"step": 1}\n{"step": 2, \n{"step": 3}\n')  # damage before the end is an error
+    with pytest.raises(ValueError, match=r"rollouts\.jsonl, line 2: not a JSON record"):
+        writer.read()
