@@ -58,8 +58,8 @@ from pathlib import Path
 
 from comlrl.atomic_io import atomic_write_json
 from pettingllms.sandbox import SandboxConfig, SandboxError, SandboxPool, TestCase
+from pettingllms.sandbox.processes import scratch_entries
 
-SCRATCH_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm")
 #: Seconds a killed process or a removed file may take to disappear before it counts as a leak.
 SETTLE_S = 1.0
 #: Mismatches kept in full per kind (the rest are counted).
@@ -315,20 +315,7 @@ def open_fds() -> dict[str, str]:
 
 def scratch_files(uids: set[int], marker: str) -> list[str]:
     """Entries of the scratch folders owned by ``uids`` or named with ``marker``."""
-    found = []
-    for folder in SCRATCH_FOLDERS:
-        try:
-            entries = list(os.scandir(folder))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                owner = entry.stat(follow_symlinks=False).st_uid
-            except OSError:
-                continue
-            if owner in uids or marker in entry.name:
-                found.append(entry.path)
-    return sorted(found)
+    return sorted(entry.path for entry in scratch_entries(uids, marker))
 
 
 def pool_cgroups() -> dict[str, set[str]]:

@@ -35,6 +35,8 @@ import secrets
 import time
 from dataclasses import dataclass, field
 
+from pettingllms.sandbox.launcher import unescape_mountinfo
+
 POOL_PREFIX = "pettingllms-sandbox-"
 TRAINER_PREFIX = "pettingllms-trainer-"
 
@@ -49,19 +51,6 @@ def _write(path: str, value: str) -> None:
         f.write(value)
 
 
-def _unescape(path: str) -> str:
-    # mountinfo escapes space, tab, newline and backslash as \ooo octal.
-    out, i = [], 0
-    while i < len(path):
-        if path[i] == "\\" and path[i + 1:i + 4].isdigit():
-            out.append(chr(int(path[i + 1:i + 4], 8)))
-            i += 4
-        else:
-            out.append(path[i])
-            i += 1
-    return "".join(out)
-
-
 def _mounts(mountinfo: str) -> list[tuple[str, str, str, list[str]]]:
     """(mount root, mount point, fs type, super options) of each line of ``/proc/self/mountinfo``."""
     mounts = []
@@ -70,7 +59,7 @@ def _mounts(mountinfo: str) -> list[tuple[str, str, str, list[str]]]:
         if " - " not in line or len(fields) < 10:
             continue
         after = line.split(" - ", 1)[1].split()
-        mounts.append((_unescape(fields[3]), _unescape(fields[4]), after[0],
+        mounts.append((unescape_mountinfo(fields[3]), unescape_mountinfo(fields[4]), after[0],
                        after[2].split(",") if len(after) > 2 else []))
     return mounts
 

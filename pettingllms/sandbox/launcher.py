@@ -141,7 +141,7 @@ def _report(fd, record):
         pass
 
 
-def _unescape_mountinfo(path):
+def unescape_mountinfo(path):
     # mountinfo escapes space, tab, newline and backslash as \ooo octal.
     out, i = [], 0
     while i < len(path):
@@ -160,7 +160,7 @@ def _remount_read_only(status_fd, skip_prefixes):
         lines = f.read().splitlines()
     for line in lines:
         fields = line.split()
-        target = _unescape_mountinfo(fields[4])
+        target = unescape_mountinfo(fields[4])
         options = fields[5].split(",")
         if any(target == p or target.startswith(p.rstrip("/") + "/") for p in skip_prefixes):
             continue

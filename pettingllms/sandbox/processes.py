@@ -60,13 +60,13 @@ def kill_uid(uid: int, *, timeout: float = 5.0) -> int:
         time.sleep(0.005)
 
 
-def remove_files_of_uid(uid: int, folders: tuple[str, ...] = ("/tmp", "/var/tmp", "/dev/shm")) -> list[str]:
-    """Delete the top-level entries of ``folders`` owned by ``uid``; returns the removed paths.
+SCRATCH_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm")  # world-writable on a standard system
 
-    Used only when the sandbox has no private tmpfs (no mount namespace): these are the world-writable
-    places an unprivileged program can write to on a standard system.
-    """
-    removed = []
+
+def scratch_entries(uids: set[int], marker: str | None = None,
+                    folders: tuple[str, ...] = SCRATCH_FOLDERS) -> list[os.DirEntry]:
+    """Top-level entries of ``folders`` owned by one of ``uids`` (or, with ``marker``, named with it)."""
+    found = []
     for folder in folders:
         try:
             entries = list(os.scandir(folder))
@@ -74,13 +74,28 @@ def remove_files_of_uid(uid: int, folders: tuple[str, ...] = ("/tmp", "/var/tmp"
             continue
         for entry in entries:
             try:
-                if entry.stat(follow_symlinks=False).st_uid != uid:
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path, ignore_errors=True)
-                else:
-                    os.unlink(entry.path)
-                removed.append(entry.path)
+                owner = entry.stat(follow_symlinks=False).st_uid
             except OSError:
                 continue
+            if owner in uids or (marker is not None and marker in entry.name):
+                found.append(entry)
+    return found
+
+
+def remove_files_of_uid(uid: int, folders: tuple[str, ...] = SCRATCH_FOLDERS) -> list[str]:
+    """Delete the top-level entries of ``folders`` owned by ``uid``; returns the removed paths.
+
+    Used only when the sandbox has no private tmpfs (no mount namespace): these are the world-writable
+    places an unprivileged program can write to on a standard system.
+    """
+    removed = []
+    for entry in scratch_entries({uid}, folders=folders):
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                os.unlink(entry.path)
+            removed.append(entry.path)
+        except OSError:
+            continue
     return removed

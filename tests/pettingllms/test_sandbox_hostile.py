@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from pettingllms.sandbox import SandboxConfig, SandboxPool, TestCase, kill_uid, pids_of_uid
+from pettingllms.sandbox.processes import scratch_entries
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux")
 
@@ -35,7 +36,6 @@ WALL = 2.0
 SLACK = 2.5  # launcher start-up and a loaded 2-core machine
 LIMITS = dict(cpu_time_s=1, wall_time_s=WALL, memory_mb=128, file_size_mb=1, scratch_mb=8,
               max_processes=16, max_open_files=32, max_output_bytes=65536)
-SCRATCH_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm")
 # Used only when the pool's own uids are unknown to the non-root child: one below the default range.
 NON_ROOT_TRAINER_UID = 1_499_999_999
 
@@ -331,20 +331,7 @@ def _assert_no_host_socket(out: str, ctx: Context, viewed: bool = True) -> None:
 
 
 def _leftover_files(uids: set[int], marker: str) -> list[str]:
-    found = []
-    for folder in SCRATCH_FOLDERS:
-        try:
-            entries = list(os.scandir(folder))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                owner = entry.stat(follow_symlinks=False).st_uid
-            except OSError:
-                continue
-            if owner in uids or marker in entry.name:
-                found.append(entry.path)
-    return found
+    return [entry.path for entry in scratch_entries(uids, marker)]
 
 
 def _forbidden_writes(out: str, ctx: Context) -> list[str]:
