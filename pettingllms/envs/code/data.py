@@ -63,6 +63,7 @@ __all__ = [
     "normalised_path",
     "read_jsonl",
     "read_rows",
+    "split_from_name",
     "write_jsonl",
 ]
 
@@ -143,8 +144,9 @@ def normalised_path(dataset: str, split: str, env: str = "code") -> Path:
 # ------------------------------------------------------------------------------------------ reading rows
 
 
-def _split_from_name(path: Path) -> str | None:
-    """``test-00000-of-00001.parquet`` -> ``test``: the leading word of the file name, when it is a split."""
+def split_from_name(path: Path) -> str | None:
+    """``test-00000-of-00001.parquet`` -> ``test``: the leading word of the file name, when it is a split
+    (the code and math loaders both name a dump's split this way)."""
     word = re.split(r"[-_.]", path.name.lower(), maxsplit=1)[0]
     return word if word in SPLIT_NAMES else None
 
@@ -208,7 +210,7 @@ def read_rows(path: str | os.PathLike, split: str | None = None) -> tuple[list[d
         rows = _read_json_file(path)
     else:
         raise CodeDataError(f"{path}: unknown format (expected .jsonl, .json, .gz of those, .parquet or a folder)")
-    return rows, split or _split_from_name(path)
+    return rows, split or split_from_name(path)
 
 
 def _need(row: dict, name: str) -> Any:

@@ -129,7 +129,7 @@ def read_rows(path: str | os.PathLike, split: str | None = None) -> tuple[list[d
             reader = csv.DictReader(handle)
             if not reader.fieldnames:
                 raise MathDataError(f"{path}: a CSV file needs a header row")
-            return [dict(row) for row in reader], split or _code_data._split_from_name(path)
+            return [dict(row) for row in reader], split or _code_data.split_from_name(path)
     try:
         return _code_data.read_rows(path, split)
     except _code_data.CodeDataError as error:
