@@ -6,7 +6,7 @@ whose message names the file and the operating system's reason. Appends to a JSO
 left half written.
 
 Temporary names carry the writing process's id: ``.<name>.<pid>-XXXXXXXX.tmp`` (files, in the target's
-folder) and ``.tmp-<name>-<pid>-XXXXXXXX/`` (scratch folders, :func:`scratch_dir`). A kill mid-write can
+folder) and ``.tmp-<name>@<pid>-XXXXXXXX/`` (scratch folders, :func:`scratch_dir`). A kill mid-write can
 leave them behind; :func:`remove_stale_temporaries` removes those of dead processes (and the older names
 without a process id) when a run resumes.
 """
@@ -183,6 +183,8 @@ def append_line(path: str | os.PathLike, line: str) -> None:
             failure: OSError | None = None
             if written != len(data):
                 failure = OSError(errno_codes.ENOSPC, f"short write ({written} of {len(data)} bytes)")
+            else:
+                os.fsync(fd)
         except OSError as exc:
             failure = exc
         if failure is not None:
@@ -197,9 +199,10 @@ def append_line(path: str | os.PathLike, line: str) -> None:
 
 
 def scratch_dir(parent: str | os.PathLike, name: str) -> Path:
-    """A new hidden folder ``parent/.tmp-<name>-<pid>-XXXXXXXX`` to build ``parent/<name>`` in."""
+    """A new hidden folder ``parent/.tmp-<name>@<pid>-XXXXXXXX`` to build ``parent/<name>`` in (``@``: names
+    such as ``checkpoint-3`` end in digits, so a ``-`` could not tell the pid from the name)."""
     try:
-        return Path(tempfile.mkdtemp(prefix=f".tmp-{name}-{os.getpid()}-", dir=parent))
+        return Path(tempfile.mkdtemp(prefix=f".tmp-{name}@{os.getpid()}-", dir=parent))
     except OSError as exc:
         raise write_error(Path(parent) / name, exc) from exc
 
@@ -225,7 +228,8 @@ _RANDOM = r"[a-z0-9_]{8}"
 # (pattern, is a folder). Group "pid" is the writer's process id where the name carries one.
 _LEFTOVERS = (
     (re.compile(rf"^\..+\.(?:(?P<pid>\d+)-)?{_RANDOM}\.tmp$"), False),  # atomic_write_* temporaries
-    (re.compile(rf"^\.tmp-.+-(?:(?P<pid>\d+)-)?{_RANDOM}$"), True),  # scratch folders (checkpoints, policies)
+    (re.compile(rf"^\.tmp-.+@(?P<pid>\d+)-{_RANDOM}$"), True),  # scratch folders (checkpoints, policies)
+    (re.compile(rf"^\.tmp-[^@]+-{_RANDOM}$"), True),  # the same, named before names carried the pid
     (re.compile(rf"^\..+\.tmp-{_RANDOM}$"), True),  # older scratch folders (reward model)
     (re.compile(r"^\.deleting-checkpoint-\d+-(?P<pid>\d+)$"), True),  # checkpoint rotation
 )

@@ -192,13 +192,19 @@ class MetricsLogger:
             return
         if data and not data.endswith(b"\n"):
             keep = data.rfind(b"\n") + 1
-            logger.warning(
-                "%s, line %d: torn last line (%d bytes, an interrupted write) dropped",
-                self.path,
-                data.count(b"\n") + 1,
-                len(data) - keep,
-            )
-            atomic_write_text(self.path, data[:keep].decode("utf-8", errors="replace"))
+            try:  # a whole record without its newline is kept, as read_jsonl keeps it
+                json.loads(data[keep:])
+            except ValueError:
+                logger.warning(
+                    "%s, line %d: torn last line (%d bytes, an interrupted write) dropped",
+                    self.path,
+                    data.count(b"\n") + 1,
+                    len(data) - keep,
+                )
+                os.truncate(self.path, keep)
+                return
+            with open(self.path, "ab") as handle:  # the next record starts on a line of its own
+                handle.write(b"\n")
 
     def rewrite(self, records: Iterable[Mapping[str, Any]]) -> None:
         """Replace the file (atomically) and the history with ``records``."""

@@ -23,6 +23,8 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from comlrl.reporting import read_metrics  # re-exported: the plots read the same records
+
 __all__ = [
     "FIGURES",
     "figure_series",
@@ -55,13 +57,6 @@ LABELS = {
     "eval/success_rate": "held-out eval",
     "iter/current_reward_mean": "current policy",
 }
-
-
-def read_metrics(path: str | Path) -> list[dict[str, float]]:
-    """The records of a ``metrics.jsonl`` file (blank lines skipped; :func:`comlrl.reporting.read_metrics`)."""
-    from comlrl.reporting import read_metrics as read_records
-
-    return read_records(path)
 
 
 def select_series(

@@ -10,6 +10,7 @@ skips and stopping past ``max_nonfinite_losses_in_a_row`` is
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,7 +29,7 @@ def is_finite(value: Any, mask: torch.Tensor | None = None) -> bool:
         if mask is not None:
             finite = finite | ~as_bool_mask(mask.to(value.device), value)
         return bool(finite.all())
-    return bool(torch.isfinite(torch.as_tensor(float(value))))
+    return math.isfinite(float(value))
 
 
 def nonfinite_names(values: Mapping[str, Any], masks: Mapping[str, torch.Tensor] | None = None) -> list[str]:

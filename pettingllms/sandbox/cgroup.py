@@ -19,7 +19,8 @@ Two layouts:
   OOM kills: ``oom_kill`` in ``memory.events``.
 * **cgroup v1** (a ``memory`` hierarchy, e.g. ``/sys/fs/cgroup/memory``): no such rule. Limits:
   ``memory.limit_in_bytes`` and, where swap accounting exists, ``memory.memsw.limit_in_bytes``; OOM
-  kills: ``oom_kill`` in ``memory.oom_control`` (kernel 4.13+; older kernels: ``memory.failcnt``).
+  kills: ``oom_kill`` in ``memory.oom_control`` (kernel 4.13+; older kernels report none, and a run the
+  kernel killed for memory shows as a SIGKILL).
 
 Control files are written in place: a cgroup file system has no rename, so ``comlrl.atomic_io`` cannot
 apply. Where neither layout is usable :func:`find_memory_cgroup` returns the reason and the pool keeps
@@ -69,7 +70,7 @@ def _pid_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except (PermissionError, OverflowError):  # another user's process; a number no pid can be
         return True
     return True
 
@@ -134,11 +135,8 @@ class MemoryCgroup:
                     return int(value)
         except OSError:
             pass
-        if self.version == 1:  # kernels before 4.13 have no counter: any hit of the limit counts
-            try:
-                return int(_read(os.path.join(path, "memory.failcnt")).strip() or 0)
-            except (OSError, ValueError):
-                return 0
+        # Kernels before 4.13 (v1) have no counter. ``memory.failcnt`` is no substitute: it counts every time
+        # usage touched the limit, also when reclaim succeeded and nothing was killed.
         return 0
 
     @staticmethod
@@ -232,7 +230,10 @@ def _v2(mount_root: str, mount_point: str, proc_cgroup: str) -> tuple[MemoryCgro
     if "memory" not in subtree:
         # "No internal processes": the trainer must leave this cgroup before its children get the memory
         # controller. Only when it is alone there: other processes are not ours to move.
-        procs = [p for p in _read(os.path.join(parent, "cgroup.procs")).split() if p.strip()]
+        try:
+            procs = [p for p in _read(os.path.join(parent, "cgroup.procs")).split() if p.strip()]
+        except OSError as exc:
+            return None, f"cgroup v2: cannot read {parent}/cgroup.procs: {exc}"
         if procs and procs != [str(os.getpid())]:
             return None, (f"cgroup v2: {parent} holds other processes than the trainer ({len(procs)} in "
                           f"all), so it cannot give the memory controller to a child; start the trainer "

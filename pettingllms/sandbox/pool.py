@@ -690,7 +690,7 @@ class SandboxPool:
             raise SandboxError(f"cannot create a memory cgroup under {self._cgroups[0].path}: {exc}") from exc
 
     def _drop_cgroup(self, path: str | None) -> None:
-        if path is not None and not self._cgroups[0].remove(path):
+        if path is not None and not MemoryCgroup.remove(path):  # a static method: safe after close()
             logger.error("sandbox: the memory cgroup %s could not be removed", path)
 
     async def _run_in_slot(self, slot: int, code: str, stdin: str, wall: float) -> ExecutionResult:

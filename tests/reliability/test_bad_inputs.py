@@ -362,7 +362,7 @@ def test_a_pipeline_resume_refuses_a_damaged_state_after_clearing_leftovers(pipe
     (run_dir / "pipeline_state.json").write_text(state)
     gone = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                               text=True).stdout)
-    leftover = run_dir / "at_grpo" / f".tmp-checkpoint-3-{gone}-abcd1234"
+    leftover = run_dir / "at_grpo" / f".tmp-checkpoint-3@{gone}-abcd1234"
     leftover.mkdir(parents=True)
     with caplog.at_level(logging.WARNING, logger="comlrl.atomic_io"), pytest.raises(ConfigError, match=message):
         resume(config)

@@ -280,21 +280,22 @@ def test_resume_removes_the_leftovers_of_a_killed_writer_and_nothing_else(
     trainer.save_checkpoint()
     gone = dead_pid()
     leftovers = [
-        out / f".tmp-checkpoint-2-{gone}-ab3_x9yz",  # a checkpoint being built
+        out / f".tmp-checkpoint-2@{gone}-ab3_x9yz",  # a checkpoint being built
         out / ".tmp-checkpoint-3-k2j4h5g6",  # the same, named before names carried the pid
         out / f".deleting-checkpoint-0-{gone}",  # a rotation cut short
         out / f".metrics.jsonl.{gone}-q1w2e3r4.tmp",  # an atomic rewrite
         out / "preference_replay" / ".iteration_0002.json.z9y8x7w6.tmp",
-        out / "policies" / f".tmp-shared-{gone}-aaaa1111",
+        out / "policies" / f".tmp-shared@{gone}-aaaa1111",
     ]
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         keep = [
             out / f".metrics.jsonl.{live.pid}-q1w2e3r4.tmp",  # another process is writing it right now
+            out / f".tmp-checkpoint-4@{live.pid}-ab3_x9yz",  # another process is building this checkpoint
             out / ".tmp-notes",  # not one of our names
             out / "notes.tmp",
             out / ".checkpoint-7.old",  # trash whose replacement is missing: it may be the only copy
-            tmp_path / f".tmp-checkpoint-9-{gone}-ab3_x9yz",  # outside the output folder
+            tmp_path / f".tmp-checkpoint-9@{gone}-ab3_x9yz",  # outside the output folder
         ]
         # The trash of a replace that finished is garbage: its new folder is in place.
         (out / "policies" / "shared").mkdir(parents=True)

@@ -226,9 +226,8 @@ class PolicyLearner(TrainerPart):
             # Backward inside the block: peft only lets the active adapter accumulate gradients.
             with trainer.policy.activate(agent), scoring_mode(model, args.disable_dropout):
                 out = self.agent_loss(a, samples, returns, groups, critic_values)
-                bad = _nonfinite_parts(out)
-                if bad:
-                    return self._skip(where, f"{', '.join(bad)} of agent {a}")
+                if not is_finite(out.total):  # one sync; every non-finite part reaches the total
+                    return self._skip(where, f"{', '.join(_nonfinite_parts(out))} of agent {a}")
                 out.total.backward()
             if out.value_loss is not None:
                 value_losses.append(out.value_loss.detach())
@@ -238,9 +237,8 @@ class PolicyLearner(TrainerPart):
             lengths.append(out.mask.sum(-1).float().cpu())
         if self.algorithm == "maac":
             v_loss = self._value_loss(critic_values, returns)
-            bad = nonfinite_names({"critic values": critic_values, "value loss": v_loss})
-            if bad:
-                return self._skip(where, f"{', '.join(bad)} of the joint critic")
+            if not is_finite(v_loss):  # the critic values were checked with every agent's loss
+                return self._skip(where, "value loss of the joint critic")
             (args.value_loss_coef * v_loss).backward()
             value_losses.append(v_loss.detach())
         self._step()
@@ -289,7 +287,7 @@ class PolicyLearner(TrainerPart):
         values = critic_values
         if self.algorithm == "iac":
             values = self._agent_values(agent, samples, len(samples[0].candidates[agent]))
-        if is_finite(kl):
+        if self.reference is None or is_finite(kl):  # without a reference the KL is zeros: no sync
             advantages = self.advantages(returns.to(device), kl, groups.to(device), values)
         else:  # inf logits give an inf KL, and no advantage: training_step skips the update on it
             advantages = torch.full_like(kl, math.nan)

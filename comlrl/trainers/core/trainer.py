@@ -350,8 +350,7 @@ class MultiAgentTrainerBase(TrainerCore):
         except NonFiniteRewardError as error:
             self.nonfinite.drop_rewards(1, str(error), where)
             return self.nonfinite.empty_step(where)  # None: this item's pairs are the collection's step
-        self.nonfinite.finite_step()
-        return scores
+        return scores  # a finite item does not reset the in-a-row count: only an update that goes through does
 
     def _require_train_items(self) -> list[Any]:
         if self.train_dataset is None:
