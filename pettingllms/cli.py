@@ -4,6 +4,7 @@
 
     pettingllms train CONFIG [section.key=value ...] [--resume] [--overwrite] [--no-progress]
     pettingllms eval [CONFIG] (--checkpoint DIR | --policy NAME) [section.key=value ...] [--output FILE]
+    pettingllms plan CONFIG [section.key=value ...] [--json] [--device-memory GIB] [--resources CPU=N,GPU=M]
     pettingllms configs
     pettingllms envs
     pettingllms dataprocess {sudoku-bank,demos,code,math} ...
@@ -11,7 +12,9 @@
 CONFIG is a YAML file or a shipped config named ``<env>/<name>`` (``plan_path/L1``, ``plan_path/quickstart``;
 ``pettingllms configs`` lists them). Also reachable as ``python -m pettingllms ...``. Bad input (a config,
 override, model, data path or argument) exits with status 2 and a one-line error naming it (no traceback),
-before a run folder is made; an interrupted run exits with 130 and says how to resume it.
+before a run folder is made; an interrupted run exits with 130 and says how to resume it. ``plan`` prints
+the placement and the per-device memory estimate (:mod:`pettingllms.workers.memory`) and exits with 2 and
+one line naming the device and how much it is short when the estimate or the placement does not fit.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ __all__ = [
     "list_configs",
     "list_registered",
     "main",
+    "plan",
     "run_guarded",
 ]
 
@@ -71,6 +75,65 @@ def _configs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _resources(text: str) -> dict[str, float]:
+    """``"CPU=16,GPU=8"`` -> ``{"CPU": 16.0, "GPU": 8.0}`` (``--resources``)."""
+    out = {}
+    for part in filter(None, text.split(",")):
+        key, _, value = part.partition("=")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected RESOURCE=NUMBER pairs like CPU=16,GPU=8, got {part!r}") from None
+    return out
+
+
+def plan(args: argparse.Namespace) -> int:
+    """``pettingllms plan``: the placement and the memory per device; exit 2 and one line when it does not fit."""
+    from pettingllms.config import load_config, validate_config
+    from pettingllms.workers.memory import plan_run
+    from pettingllms.workers.placement import PlacementError
+
+    config = load_config(args.config, list(args.overrides))
+    validate_config(config)
+    kind = "gpu" if str(config["model"]["device"]).startswith("cuda") else "cpu"
+    capacity = None if args.device_memory is None else {kind: int(args.device_memory * 2**30)}
+    try:
+        result = plan_run(config, capacity=capacity, resources=args.resources)
+    except PlacementError as error:
+        print(f"pettingllms: error: does not fit: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.json:
+        print(result.to_json())
+    else:
+        sizes = result.sizes
+        print(f"plan of {args.config} (run.backend {result.backend}, model {sizes['model']}: "
+              f"{sizes['parameters']:,} parameters, {sizes['dtype_bytes']} bytes each; prompts <= "
+              f"{sizes['prompt_tokens']} tokens, completions <= {sizes['completion_tokens']})")
+        if result.placement is not None:
+            print(result.placement.describe())
+            if args.resources is None and config["run"]["ray_address"] is not None:
+                print(f"  (the resources of the cluster at {config['run']['ray_address']} are checked when the run joins it)")
+        print(result.render_table())
+    if not result.fits:
+        print(f"pettingllms: error: does not fit: {result.shortfalls[0]}", file=sys.stderr)
+        return EXIT_USAGE
+    return 0
+
+
+def _plan_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="config file, or a shipped config as <env>/<name> (e.g. plan_path/L3)")
+    parser.add_argument("overrides", nargs="*", default=[], metavar="section.key=value", help="config overrides")
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.add_argument(
+        "--device-memory", type=float, default=None, metavar="GIB",
+        help="plan for devices of this many GiB (a GPU's memory, or the host's for cpu) instead of this machine's",
+    )
+    parser.add_argument(
+        "--resources", type=_resources, default=None, metavar="CPU=N,GPU=M",
+        help="check the Ray placement against these cluster resources instead of this machine's",
+    )
+
+
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The top-level parser and one parser per command."""
     from pettingllms.scripts import dataprocess, evaluate, train
@@ -80,7 +143,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         description="Train and evaluate teams of LLM agents on multi-agent environments. Start with: "
         "pettingllms configs (the shipped configs), then pettingllms train plan_path/quickstart.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,eval,configs,envs,dataprocess}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,eval,plan,configs,envs,dataprocess}")
     commands: dict[str, argparse.ArgumentParser] = {}
     for name, module, text in (
         ("train", train, "run a config's pipeline (sft, at_grpo, grpo, madpo, marlhf, eval)"),
@@ -94,6 +157,14 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         module.add_arguments(command)
         command.set_defaults(handler=module.run)
         commands[name] = command
+    commands["plan"] = sub.add_parser(
+        "plan", help="the placement and the memory per device of a config, before launch",
+        description="The Ray placement and a per-device memory estimate (weights, gradients, optimizer states, "
+        "activations, KV cache) of a config; exit status 2 when it does not fit. How the estimate is made: "
+        "docs/scaling.md.",
+    )
+    _plan_arguments(commands["plan"])
+    commands["plan"].set_defaults(handler=plan)
     for name, handler, text in (
         ("configs", _configs, "list the shipped configs with their descriptions"),
         ("envs", _envs, "list the registered environments and agents"),
@@ -106,7 +177,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser, commands = build_parser()
-    if argv and argv[0] in ("train", "eval"):
+    if argv and argv[0] in ("train", "eval", "plan"):
         # Overrides may come before or after the options (`eval CONFIG --checkpoint DIR key=value`).
         command = commands[argv[0]]
         args = command.parse_intermixed_args(argv[1:])

@@ -81,6 +81,7 @@ from pettingllms.stages.madpo import madpo_settings, run_madpo
 from pettingllms.stages.marlhf import marlhf_settings, run_marlhf
 from pettingllms.stages.preference import run_preference_stage
 from pettingllms.stages.sft import run_sft, sft_settings
+from pettingllms.workers.stage import RAY_STAGES
 
 __all__ = [
     "PIPELINE_STATE_FILE",
@@ -378,6 +379,8 @@ class Pipeline:
                 self.say(f"[{index}/{total}] {folder}: done (resumed run)")
                 continue
             self.say(f"[{index}/{total}] {folder} ...")
+            if self.config["run"].get("backend") == "ray" and stage not in RAY_STAGES:
+                self.say(f"[{index}/{total}] {folder}: stage `{stage}` has no Ray version; it runs in the driver process")
             context = StageContext(
                 stage, folder, self.config, policy, self.run_dir, worker, resume=self.resume, progress=self.progress,
                 settings=self.settings[folder],

@@ -467,7 +467,7 @@ def section_to_dataclass(cls: type, mapping: Mapping[str, Any] | None, section_n
 
 def validate_config(config: Mapping[str, Any]) -> None:
     """Checks that span keys: the environment and its agents build, ``policy.agents`` matches the
-    turn order and the level, stages are known, every stage's seeds fit the split it plays, and no
+    turn order and the level, ``run.backend`` / ``placement`` fit the run's policies, stages are known, every stage's seeds fit the split it plays, and no
     training stage plays a held-out eval instance
     (:func:`~pettingllms.stages.instances.check_held_out_instances`)."""
     from pettingllms.registry import make_agents, make_env
@@ -513,6 +513,10 @@ def validate_config(config: Mapping[str, Any]) -> None:
         raise ConfigError(f"`policy.level` L1 shares one policy among all agents, got `policy.agents` {agents}")
     if level in ("L2", "L3") and len(set(policies)) != len(policies):
         raise ConfigError(f"`policy.level` {level} gives each agent its own policy, got `policy.agents` {agents}")
+    from pettingllms.workers.placement import check_backend_config
+
+    # run.backend and its keys, and `placement` against the run's policy names (in turn order).
+    check_backend_config(config, list(dict.fromkeys(agents[role] for role in roles)))
 
     pipeline = config["pipeline"]
     if not isinstance(pipeline, list) or not pipeline:

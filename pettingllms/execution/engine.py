@@ -49,7 +49,7 @@ from pettingllms.execution.samples import TRAJECTORY_RETURNS, GroupKey, ProblemO
 from pettingllms.execution.transcripts import TranscriptWriter
 from pettingllms.execution.tree import fresh_copies, select_branch, selection_rng
 
-__all__ = ["SAMPLING_MODES", "EngineConfig", "ProgressHook", "RolloutEngine"]
+__all__ = ["SAMPLING_MODES", "EngineConfig", "ProgressHook", "RolloutEngine", "check_problem_ids"]
 
 logger = logging.getLogger("pettingllms.execution")
 
@@ -238,7 +238,7 @@ class RolloutEngine:
 
     async def arollout(self, problem_ids: Sequence[int], step: int = 0) -> RolloutBatch:
         """Roll out ``problem_ids`` (instance seeds) for training step ``step`` in ``sampling_mode``."""
-        ids = _check_problem_ids(problem_ids)
+        ids = check_problem_ids(problem_ids)
         mode = self.config.sampling_mode
         notices: list[str] = []
         if mode == "tree":
@@ -293,7 +293,20 @@ class RolloutEngine:
         ``on_progress(finished, total)`` is called after every decision point with the outcomes of the
         trajectories finished so far (dropped ones included) and the number of trajectories; it only
         observes (a progress bar), so results do not depend on it."""
-        ids = _check_problem_ids(problem_ids)
+        batch = await self.aevaluate_batch(problem_ids, num_samples, temperature, step, on_progress)
+        return summarize_eval(batch.outcomes, float(temperature), batch.samples)
+
+    async def aevaluate_batch(
+        self,
+        problem_ids: Sequence[int],
+        num_samples: int = 1,
+        temperature: float = 0.0,
+        step: int = 0,
+        on_progress: ProgressHook | None = None,
+    ) -> RolloutBatch:
+        """The trajectories of :meth:`aevaluate` as a batch (its outcomes and samples), before the summary:
+        what EnvWorkers return, so the driver summarises the trajectories of every shard at once."""
+        ids = check_problem_ids(problem_ids)
         if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
             raise ValueError(f"`num_samples` must be an integer >= 1, got {num_samples!r}")
         if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature >= 0):
@@ -304,7 +317,7 @@ class RolloutEngine:
         total = len(ids) * num_samples
         report = None if on_progress is None else functools.partial(on_progress, batch.outcomes, total)
         await self._independent(ids, step, params, batch, stream="eval", k=num_samples, after_decision=report)
-        return summarize_eval(batch.outcomes, float(temperature), batch.samples)
+        return batch
 
     def state_dict(self) -> dict[str, Any]:
         """Counters that a checkpoint keeps (the failure budget and the call count)."""
@@ -650,7 +663,7 @@ def _check_position(episode: _Episode, turn: int, agent_index: int) -> None:
         )
 
 
-def _check_problem_ids(problem_ids: Sequence[int]) -> list[int]:
+def check_problem_ids(problem_ids: Sequence[int]) -> list[int]:
     ids = list(problem_ids)
     if not ids:
         raise ValueError("`problem_ids` must name at least one problem")

@@ -23,6 +23,7 @@ from pettingllms.config.loader import ConfigError, section_to_dataclass
 from pettingllms.stages.context import StageContext, workflow_env
 from pettingllms.stages.eval import evaluate_policy
 from pettingllms.trainer.at_grpo import ATGRPOTrainer
+from pettingllms.workers.stage import attach, stage_workers
 
 __all__ = [
     "ROLLOUT_FIELDS",
@@ -204,18 +205,22 @@ def run_at_grpo(context: StageContext) -> dict[str, float]:
     settings = context.settings_or(at_grpo_settings)
     config = context.config
     name, fields, options = workflow_env(config, purpose="train")
-    trainer = _LimitedTrainer(
-        settings.trainer,
-        limits=settings.limits,
-        evaluate=lambda: evaluate_policy(context.policy, config, context.env_worker)[0],
-        policy=context.policy,
-        env_name=name,
-        env_config=fields,
-        agent_options=options,
-        env_worker=context.env_worker,
-    )
-    resume = latest_checkpoint(context.stage_dir) if context.resume else None
-    history = trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
+    # `run.backend: ray`: rollouts on EnvWorkers / RolloutWorkers, updates on UpdateWorkers (same results).
+    with stage_workers(config, context.policy, settings.trainer, name, fields, options) as system:
+        trainer = _LimitedTrainer(
+            settings.trainer,
+            limits=settings.limits,
+            evaluate=lambda: evaluate_policy(context.policy, config, context.env_worker)[0],
+            policy=context.policy,
+            env_name=name,
+            env_config=fields,
+            agent_options=options,
+            env_worker=context.env_worker,
+            **(system.trainer_kwargs() if system is not None else {}),
+        )
+        attach(trainer, system)
+        resume = latest_checkpoint(context.stage_dir) if context.resume else None
+        history = trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
     metrics = {"steps": float(trainer.global_step)}
     last = history[-1] if history else {}
     for key in ("success_rate", "reward", "reward_std", "frac_reward_zero_std", "parse_error_rate"):

@@ -2,7 +2,9 @@
 :mod:`pettingllms.trainer.demonstrations`) and the AT-GRPO trainer (:mod:`pettingllms.trainer.at_grpo`, its
 pure pieces in :mod:`~pettingllms.trainer.grouping`, :mod:`~pettingllms.trainer.problems`,
 :mod:`~pettingllms.trainer.micro_batches`, :mod:`~pettingllms.trainer.losses`,
-:mod:`~pettingllms.trainer.metrics` and :mod:`~pettingllms.trainer.at_grpo_setup`).
+:mod:`~pettingllms.trainer.metrics` and :mod:`~pettingllms.trainer.at_grpo_setup`), one policy's update
+(:mod:`pettingllms.trainer.policy_update`) and the data-parallel collectives under ``accelerate launch`` /
+``torchrun`` (:mod:`pettingllms.trainer.distributed`).
 
 Names load on first access, so ``import pettingllms.trainer`` stays light (no torch until used).
 """
@@ -17,6 +19,9 @@ _LAZY = {
     "at_grpo_loss": "pettingllms.trainer.losses",
     "draw_problem_ids": "pettingllms.trainer.problems",
     "member_table": "pettingllms.trainer.grouping",
+    "PolicyUpdater": "pettingllms.trainer.policy_update",
+    "UpdateResult": "pettingllms.trainer.policy_update",
+    "init_distributed": "pettingllms.trainer.distributed",
     "rollout_metrics": "pettingllms.trainer.metrics",
     "sample_advantages": "pettingllms.trainer.grouping",
     "SFTWarmStartConfig": "pettingllms.trainer.sft",

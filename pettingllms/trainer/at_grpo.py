@@ -33,6 +33,21 @@ stop the run. (The built-in environments reject a non-finite reward where it is 
 :func:`pettingllms.envs.base.mix_reward`; the drop covers rewards reaching the trainer otherwise, e.g. from an
 overridden :meth:`ATGRPOTrainer.generate_and_score`.)
 
+One policy's optimizer, scheduler and step 4 live in :class:`~pettingllms.trainer.policy_update.PolicyUpdater`
+(one per policy in :attr:`ATGRPOTrainer.updaters`; objects with its interface, e.g. remote update
+workers, can be passed as ``updaters``); the trainer replays each update's non-finite events into its guard.
+
+Data-parallel (launched with ``accelerate launch --multi_gpu --num_processes N`` or ``torchrun``; details in
+:mod:`pettingllms.trainer.distributed`): step 1 stays global (same ids and seeds as one process) and rank r
+rolls out its contiguous shard of them; step 3 is local (groups are per problem); in step 4 the token count
+of each optimizer step and the gradients are summed over ranks and every rank makes the same number of
+optimizer steps, so a step equals the one-process step over the same global rows. Metrics are computed on
+the gathered samples (what one process logs, except ``generate_calls``: the sum of the ranks' calls); rank 0
+alone writes ``metrics.jsonl``, transcripts, checkpoints and ``save_model`` (every rank calls them); a
+checkpoint records ``world_size`` and resuming it on another world size is an error. ``problems_per_step``
+must be at least the world size. FSDP, for models that do not fit one device, goes through accelerate's
+config and is not tested on this machine.
+
 Output folder, metrics logger, checkpoints (the layout of :mod:`comlrl.checkpoint`), resume lookup,
 ``save_model`` and the progress bar come from :class:`comlrl.trainers.core.trainer_core.TrainerCore`, as for
 comlrl's trainers.
@@ -62,6 +77,7 @@ Metric names (logged every ``logging_steps`` to ``output_dir/metrics.jsonl`` and
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import time
@@ -71,10 +87,8 @@ from typing import Any
 
 import torch
 
-from comlrl.rl import finite_group_mask, group_ids_from_keys, is_finite, nonfinite_names
+from comlrl.rl import finite_group_mask, group_ids_from_keys
 from comlrl.scoring import per_token_logps
-from comlrl.seeding import derive_seed
-from comlrl.trainers.core.models import scoring_mode
 from comlrl.trainers.core.nonfinite import NonFiniteGuard
 from comlrl.trainers.core.reference import ReferencePolicy
 from comlrl.trainers.core.trainer_core import TrainerCore
@@ -89,12 +103,14 @@ from pettingllms.execution import (
     build_router,
     tensorize,
 )
+from pettingllms.trainer import distributed as dist
 from pettingllms.trainer.at_grpo_config import ATGRPOConfig
 from pettingllms.trainer.at_grpo_setup import check_engine, env_config_for, policy_config_for, workflow_order
 from pettingllms.trainer.grouping import MemberTable, at_grpo_group_key, member_table, sample_advantages
 from pettingllms.trainer.losses import accumulation_scale, at_grpo_loss
-from pettingllms.trainer.metrics import SUCCESS_NOTES, StepTable, UpdateStats, rollout_metrics
-from pettingllms.trainer.micro_batches import micro_batch_groups, policy_rows
+from pettingllms.trainer.metrics import SUCCESS_NOTES, StepTable, rollout_metrics
+from pettingllms.trainer.micro_batches import micro_batch_groups
+from pettingllms.trainer.policy_update import PolicyUpdater, UpdateResult
 from pettingllms.trainer.problems import MAX_SEED_RANGE, draw_problem_ids, problem_order
 
 __all__ = [
@@ -128,6 +144,9 @@ class ATGRPOTrainer(TrainerCore):
         env_name, env_config: the registered environment and its config (mapping or dataclass); the
             config's ``turn_order`` (after the policy level), ``max_turns`` and ``alpha`` are applied to it.
         agent_options, env_worker: passed to the engine (per-role agent options; the tool sandbox).
+        updaters: one object per policy with :class:`~pettingllms.trainer.policy_update.PolicyUpdater`'s
+            interface (e.g. proxies of remote update workers) used instead of local ones; the trainer then
+            builds no optimizer or reference model of its own.
 
     Override points: :meth:`generate_and_score` (how a step's samples are produced and rewarded) and
     :meth:`compute_advantages`.
@@ -149,11 +168,18 @@ class ATGRPOTrainer(TrainerCore):
         env_config: Any = None,
         agent_options: Mapping[str, Mapping[str, Any]] | None = None,
         env_worker: Any = None,
+        updaters: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.config = config = config if config is not None else ATGRPOConfig()
         if not isinstance(config, ATGRPOConfig):
             raise TypeError(f"`config` must be an ATGRPOConfig, got {type(config).__name__}")
+        self.world_size = dist.init_distributed()
+        if config.problems_per_step < self.world_size:
+            raise ValueError(
+                f"`problems_per_step` ({config.problems_per_step}) must be >= the world size ({self.world_size}): "
+                "every rank rolls out a shard of a step's problems"
+            )
         if engine is not None and policy is None:
             raise ValueError("`engine` was given without `policy`: pass the MultiAgentPolicy it samples from")
         if policy is None:
@@ -176,34 +202,25 @@ class ATGRPOTrainer(TrainerCore):
         if unknown:
             raise ValueError(f"the engine routes to policies {unknown} that `policy` does not hold: {policy.policies}")
 
-        from transformers import get_scheduler
-
-        from comlrl.rollout.hf import eos_token_ids, pad_token_id
-
-        self.optimizers: dict[str, torch.optim.Optimizer] = {}
-        self.schedulers: dict[str, Any] = {}
-        self.pad_token_ids: dict[str, int] = {}
-        for name in policy.policies:
-            params = policy.trainable_parameters(name)
-            if not params:
-                raise ValueError(f"policy {name!r} has no trainable parameters")
-            self.optimizers[name] = torch.optim.AdamW(
-                params,
-                lr=config.learning_rate,
-                betas=(config.adam_beta1, config.adam_beta2),
-                eps=config.adam_epsilon,
-                weight_decay=config.weight_decay,
-            )
-            self.schedulers[name] = get_scheduler(
-                config.lr_scheduler_type,
-                self.optimizers[name],
-                num_warmup_steps=config.num_warmup_steps,
-                num_training_steps=config.max_steps,
-            )
-            handle = policy.handle(name)
-            self.pad_token_ids[name] = pad_token_id(handle.tokenizer, eos_token_ids(handle.model, handle.tokenizer))
         # AT-GRPO's reference: the initial weights, or a LoRA policy's base with its adapters disabled.
-        self.reference = ReferencePolicy(policy, adapters="disabled") if config.beta > 0 else None
+        self.reference = ReferencePolicy(policy, adapters="disabled") if config.beta > 0 and updaters is None else None
+        if updaters is None:
+            updaters = {name: PolicyUpdater(config, policy, name, self.reference) for name in policy.policies}
+            for name, updater in updaters.items():  # the trainer's method stays the seam tests wrap
+                updater._accumulate_gradients = functools.partial(self._route_accumulate, name)
+        missing = sorted(set(policy.policies) - set(updaters))
+        if missing:
+            raise ValueError(f"`updaters` lacks policies {missing}; it must hold one per policy: {policy.policies}")
+        self.updaters: dict[str, Any] = {name: updaters[name] for name in policy.policies}
+        # Views onto the updaters, so checkpoints keep their per-policy layout.
+        self.optimizers = {name: u.optimizer for name, u in self.updaters.items()}
+        self.schedulers = {name: u.scheduler for name, u in self.updaters.items()}
+        self.pad_token_ids = {name: u.pad_token_id for name, u in self.updaters.items()}
+        self._transcripts = None
+        self._engine_states: list[dict[str, Any]] = []
+        if self.world_size > 1 and engine.transcripts is not None:  # each rank selects, rank 0 writes all
+            self._transcripts = engine.transcripts
+            engine.transcripts = dist.TranscriptSelector(engine.transcripts)
 
         self.global_step = 0
         self.nonfinite = NonFiniteGuard(config.max_nonfinite_losses_in_a_row)
@@ -228,10 +245,13 @@ class ATGRPOTrainer(TrainerCore):
 
     @property
     def verbose(self) -> bool:
-        return not self.config.disable_tqdm
+        return not self.config.disable_tqdm and dist.is_main_process()
 
     def new_metrics_logger(self):
         from comlrl.reporting import MetricsLogger
+
+        if not dist.is_main_process():
+            return dist.RankMetricsLogger()  # only rank 0 writes metrics.jsonl
 
         return MetricsLogger(self.output_dir, self.config.report_to, config=self.config.to_dict())
 
@@ -251,18 +271,26 @@ class ATGRPOTrainer(TrainerCore):
         return self.schedulers
 
     def state_extra(self) -> dict[str, Any]:
-        return {
+        extra = {
             **super().state_extra(),
             "engine": self.engine.state_dict(),
             "config": self.config.to_dict(),
             "nonfinite": self.nonfinite.state_dict(),
         }
+        if self.world_size > 1:  # each rank's engine counters (gathered by save_checkpoint), and the world
+            extra["world_size"] = self.world_size
+            extra["engine_ranks"] = self._engine_states
+        return extra
+
+    def check_checkpoint(self, path: Path, saved: Any) -> None:
+        dist.check_world_size(saved.extra, path)
 
     def load_state_extra(self, extra: Mapping[str, Any]) -> None:
         super().load_state_extra(extra)
         self.nonfinite.load_state_dict(extra.get("nonfinite", {}))  # absent from older checkpoints
         self.data_cursor = {"epoch": int(self.data_cursor["epoch"]), "index": int(self.data_cursor["index"])}
-        self.engine.load_state_dict(extra["engine"])
+        engine_ranks = extra.get("engine_ranks")
+        self.engine.load_state_dict(engine_ranks[dist.rank()] if engine_ranks else extra["engine"])
 
     def checkpoint_log_history(self) -> list[dict]:
         return self.log_history
@@ -280,8 +308,9 @@ class ATGRPOTrainer(TrainerCore):
     def _truncate_logs(self, step: int) -> None:
         """Drop the metrics and transcripts on disk logged after ``step``."""
         self.metrics_logger.truncate_after(step)
-        if self.engine.transcripts is not None:
-            self.engine.transcripts.truncate_after(step)
+        transcripts = self._transcripts if self.world_size > 1 else self.engine.transcripts
+        if transcripts is not None and dist.is_main_process():
+            transcripts.truncate_after(step)
 
     # ------------------------------------------------------------------------------------ training
     def train(self, resume_from_checkpoint: str | bool | None = None) -> list[dict[str, float]]:
@@ -308,46 +337,61 @@ class ATGRPOTrainer(TrainerCore):
 
     def step(self) -> dict[str, float]:
         """One training step: draw problems, roll out, compute advantages, update every policy; then log
-        (every ``logging_steps``) and checkpoint (every ``save_steps``). Returns the step's metrics."""
+        (every ``logging_steps``) and checkpoint (every ``save_steps``). Returns the step's metrics.
+
+        Data-parallel (world size > 1): this rank rolls out its shard of the drawn problems, and the
+        metrics are computed over every rank's gathered samples (:func:`~pettingllms.trainer.distributed.gather_step`).
+        """
         config = self.config
         step = self.global_step + 1
         start = time.perf_counter()
         problem_ids, cursor = draw_problem_ids(
             self.data_cursor, config.problems_per_step, config.train_seed_range, config.seed
         )
-        batch = self.generate_and_score(problem_ids, step)
+        distributed = self.world_size > 1
+        batch = self.generate_and_score(dist.shard(problem_ids) if distributed else problem_ids, step)
         rollout_s = time.perf_counter() - start
-        if not batch.samples:
+        if not batch.samples and not distributed:
             raise RuntimeError(f"step {step}: the rollout produced no samples (every one was dropped)")
-        samples = self._finite_reward_samples(batch.samples, step)
+        samples, dropped_groups, dropped_what = self._finite_reward_samples(batch.samples)
         advantages = self.compute_advantages(samples) if samples else []
         by_sample = {id(s): float(a) for s, a in zip(samples, advantages)}
         tensors = tensorize(samples, self.pad_token_ids) if samples else {}
+        if distributed:
+            writer = self._transcripts if dist.is_main_process() else None
+            view = dist.gather_step(batch, samples, tensors, dropped_groups, dropped_what, writer)
+            if view.raw_samples == 0:
+                raise RuntimeError(f"step {step}: the rollout produced no samples (every one was dropped)")
+        else:
+            view = dist.StepView.local(batch, samples, tensors, dropped_groups, dropped_what)
+        if view.dropped_groups:
+            self.nonfinite.drop_rewards(view.dropped_groups, view.dropped_what, f"step {step}")
 
-        metrics: dict[str, float] = {"success_rate": batch.success_rate}
-        metrics.update(rollout_metrics(samples) if samples else dict.fromkeys(NO_SAMPLE_METRICS, math.nan))
-        metrics["num_samples"] = float(len(samples))
-        sampled_policies = {s.policy for s in batch.samples}
+        metrics: dict[str, float] = {"success_rate": view.success_rate}
+        metrics.update(rollout_metrics(view.samples) if view.samples else dict.fromkeys(NO_SAMPLE_METRICS, math.nan))
+        metrics["num_samples"] = float(len(view.samples))
         update_start = time.perf_counter()
         for name in self.policy.policies:
-            learning_rate = self.schedulers[name].get_last_lr()[0]
-            if name in tensors:
-                rows = tensors[name]
-                rows.advantages = torch.tensor([by_sample[id(s)] for s in rows.samples], dtype=torch.float32)
+            updater = self.updaters[name]
+            learning_rate = updater.learning_rate()
+            if name in view.trained:  # this rank may hold no rows of it: it still joins the optimizer steps
+                rows = tensors.get(name)
+                if rows is not None:
+                    rows.advantages = torch.tensor([by_sample[id(s)] for s in rows.samples], dtype=torch.float32)
                 metrics.update(self._update_policy(name, rows, step))
-            elif name in sampled_policies:  # every group of this policy had a non-finite reward
+            elif name in view.sampled_policies:  # every group of this policy had a non-finite reward
                 self.nonfinite.empty_step(f"step {step}", key=name)
             metrics[f"policy/{name}/learning_rate"] = learning_rate
-            self.schedulers[name].step()
+            updater.scheduler_step()
         update_s = time.perf_counter() - update_start
         self.data_cursor = cursor
         self.global_step = step
 
         metrics.update(
             {
-                "dropped_samples": float(batch.dropped_samples + len(batch.samples) - len(samples)),
+                "dropped_samples": float(view.dropped_samples),
                 **self.nonfinite.metrics(),
-                "generate_calls": float(batch.generate_calls),
+                "generate_calls": float(view.generate_calls),
                 "time/rollout_s": rollout_s,
                 "time/generate_s": batch.timings.get("generate_s", 0.0),
                 "time/env_s": batch.timings.get("env_s", 0.0),
@@ -357,46 +401,38 @@ class ATGRPOTrainer(TrainerCore):
         )
         if step % config.logging_steps == 0 or step == config.max_steps:
             self._log(metrics, step)
-            if not config.disable_tqdm:
+            if self.verbose:
                 self._table.print_row(step, metrics)
         if config.save_steps and (step % config.save_steps == 0):
             self.save_checkpoint()
         return metrics
 
-    def _update_policy(self, name: str, tensors: PolicyTensors, step: int) -> dict[str, float]:
-        """``num_iterations`` PPO passes of one policy over its rows; returns its ``policy/<name>/`` metrics."""
-        config, policy, optimizer = self.config, self.policy, self.optimizers[name]
-        extra = {"ref_per_token_logps": self._reference_logps(name, tensors)} if config.beta > 0 else {}
-        prompt_keys = [tuple(s.prompt_ids) for s in tensors.samples] if config.share_prompts else None
-        stats = UpdateStats()
-        with scoring_mode(policy.handle(name).model, config.disable_dropout), policy.activate(name):
-            for iteration in range(config.num_iterations):
-                groups = micro_batch_groups(
-                    len(tensors.samples),
-                    config.per_device_train_batch_size,
-                    config.gradient_accumulation_steps,
-                    derive_seed(config.seed, "micro_batches", step, name, iteration),
-                    row_keys=prompt_keys,
-                )
-                for number, group in enumerate(groups, 1):
-                    bad = self._accumulate_gradients(name, tensors, group, extra, stats)
-                    if bad is None:
-                        optimizer.step()
-                        optimizer.zero_grad(set_to_none=True)
-                        policy.bump_version(name)
-                        stats.optimizer_steps += 1
-                        self.nonfinite.finite_step(name)
-                    else:  # drop this optimizer step (no parameter changes), count it, log it
-                        optimizer.zero_grad(set_to_none=True)
-                        stats.skipped_steps += 1
-                        where = f"step {step}, policy {name!r}, iteration {iteration + 1}, optimizer step {number}"
-                        self.nonfinite.skip_step(bad, where, key=name)
-        return stats.as_metrics(f"policy/{name}/", float(tensors.completion_mask.sum()))
+    def _update_policy(self, name: str, tensors: PolicyTensors | None, step: int) -> dict[str, float]:
+        """One policy's update (:meth:`PolicyUpdater.update`), its non-finite events replayed into the
+        run's guard; returns its ``policy/<name>/`` metrics."""
+        result: UpdateResult = self.updaters[name].update(tensors, step)
+        for event in result.events:
+            if event[0] == "finite":
+                self.nonfinite.finite_step(name)
+            else:
+                _, what, where = event
+                self.nonfinite.skip_step(what, where, key=name)
+        return result.metrics
 
-    def _finite_reward_samples(self, samples: Sequence[Sample], step: int) -> list[Sample]:
-        """The samples whose group holds only finite rewards; the other groups are dropped (counted, logged)."""
+    def _route_accumulate(self, name: str, *args: Any) -> str | None:
+        # Looked up on the trainer at call time, so a wrapped `trainer._accumulate_gradients` sees every call.
+        return self._accumulate_gradients(name, *args)
+
+    def _accumulate_gradients(self, name: str, *args: Any) -> str | None:
+        """One optimizer step's backward passes of policy ``name`` (:class:`PolicyUpdater`'s)."""
+        return PolicyUpdater._accumulate_gradients(self.updaters[name], *args)
+
+    def _finite_reward_samples(self, samples: Sequence[Sample]) -> tuple[list[Sample], int, str]:
+        """The samples whose group holds only finite rewards, the number of groups dropped for a non-finite
+        one, and what they held (problem, turn, roles, rewards)."""
         group_ids, keys = group_ids_from_keys([s.group_key for s in samples])
         keep, dropped = finite_group_mask([s.group_reward for s in samples], group_ids)
+        what = ""
         if dropped:
             members: dict[int, list[Sample]] = {g: [] for g in dropped}
             for sample, g in zip(samples, group_ids.tolist()):
@@ -406,62 +442,7 @@ class ATGRPOTrainer(TrainerCore):
                 f"rewards {[s.group_reward for s in group]}"
                 for g, group in members.items()
             )
-            self.nonfinite.drop_rewards(len(dropped), what, f"step {step}")
-        return [s for s, k in zip(samples, keep.tolist()) if k]
-
-    def _accumulate_gradients(
-        self,
-        name: str,
-        tensors: PolicyTensors,
-        group: Sequence[torch.Tensor],
-        extra: Mapping[str, torch.Tensor],
-        stats: UpdateStats,
-    ) -> str | None:
-        """Backpropagate the micro-batches of one optimizer step and clip the gradient; None when all went
-        through, else what was non-finite (the first micro-batch's loss parts, or the gradient norm)."""
-        config, policy, optimizer = self.config, self.policy, self.optimizers[name]
-        model = policy.handle(name).model
-        num_items = int(sum(int(tensors.completion_mask[index].sum()) for index in group))
-        optimizer.zero_grad(set_to_none=True)
-        for index in group:
-            rows = policy_rows(tensors, index, extra)
-            sampled_by = torch.tensor([tensors.samples[i].policy_version for i in index.tolist()], dtype=torch.float64)
-            stats.add_staleness(policy.version(name) - sampled_by)
-            logps, entropy = per_token_logps(
-                model, rows, config.temperature, with_entropy=True, share_prompts=config.share_prompts
-            )
-            device = logps.device
-            loss, out = at_grpo_loss(
-                logps,
-                rows["old_per_token_logps"].to(device),
-                rows["advantages"].to(device),
-                rows["completion_mask"].to(device),
-                config=config,
-                num_micro_batches=len(group),
-                num_items_in_batch=num_items,
-                ref_logps=rows["ref_per_token_logps"].to(device) if config.beta > 0 else None,
-            )
-            if not is_finite(loss):
-                return _nonfinite_loss_parts(logps, rows, loss, [tensors.samples[i] for i in index.tolist()])
-            loss.backward()
-            stats.add_micro_batch(out, entropy)
-        params = [p for param_group in optimizer.param_groups for p in param_group["params"]]
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm or float("inf")))
-        if not math.isfinite(grad_norm):
-            return f"gradient norm ({grad_norm})"
-        stats.grad_norms.append(grad_norm)
-        return None
-
-    def _reference_logps(self, name: str, tensors: PolicyTensors) -> torch.Tensor:
-        """Reference log-probs of every row (``[B, C]`` on CPU), scored once per rollout."""
-        out = torch.zeros_like(tensors.old_per_token_logps)
-        size, share = self.config.per_device_train_batch_size, self.config.share_prompts
-        with torch.no_grad(), self.reference.model(name) as reference:
-            for index in torch.arange(len(tensors.samples)).split(size):
-                rows = policy_rows(tensors, index)
-                logps, _ = per_token_logps(reference, rows, self.config.temperature, share_prompts=share)
-                out[index, : logps.shape[1]] = logps.cpu()
-        return out
+        return [s for s, k in zip(samples, keep.tolist()) if k], len(dropped), what
 
     # ------------------------------------------------------------------------------------ evaluation
     def evaluate(
@@ -478,6 +459,8 @@ class ATGRPOTrainer(TrainerCore):
         With ``heldout`` (default) an id inside ``train_seed_range`` is an error. Returns (and with
         ``log`` logs at the current step) ``eval/success_rate``, ``eval/num_trajectories``,
         ``eval/dropped``; the full :class:`~pettingllms.execution.EvalResult` is ``self.last_eval``.
+        Data-parallel, every rank evaluates every problem (the same seeds, so the same result) and rank 0
+        logs it.
         """
         ids = list(problem_ids)
         if heldout:
@@ -501,11 +484,15 @@ class ATGRPOTrainer(TrainerCore):
 
     # ------------------------------------------------------------------------------------ saving, logging
     def save_model(self, output_dir: str | os.PathLike | None = None) -> Path:
-        """The policies (one folder per policy, LoRA adapters included) and the trainer config."""
+        """The policies (one folder per policy, LoRA adapters included) and the trainer config. Data-parallel:
+        every rank calls it, rank 0 writes, the others wait for it."""
         from comlrl.atomic_io import atomic_write_json
 
-        directory = super().save_model(output_dir)
-        atomic_write_json(directory / "at_grpo_config.json", self.config.to_dict())
+        directory = Path(output_dir if output_dir is not None else self.output_dir)
+        if dist.is_main_process():
+            directory = super().save_model(output_dir)
+            atomic_write_json(directory / "at_grpo_config.json", self.config.to_dict())
+        dist.barrier()
         return directory
 
     def save_checkpoint(
@@ -516,9 +503,27 @@ class ATGRPOTrainer(TrainerCore):
         total_limit: int | None = None,
     ) -> Path:
         """``output_dir/checkpoint-{global_step}/`` (see :meth:`TrainerCore.save_checkpoint`), keeping
-        ``total_limit`` checkpoints (default: the config's ``save_total_limit``)."""
+        ``total_limit`` checkpoints (default: the config's ``save_total_limit``). Data-parallel: every rank
+        calls it (the engines' counters are gathered), rank 0 writes, the others wait for it."""
         limit = self.config.save_total_limit if total_limit is None else total_limit
-        return super().save_checkpoint(output_dir, step=step, total_limit=limit)
+        if self.world_size == 1:
+            return super().save_checkpoint(output_dir, step=step, total_limit=limit)
+        self._engine_states = dist.gather_objects(self.engine.state_dict())
+        path = Path(output_dir if output_dir is not None else self.output_dir) / f"checkpoint-{self.global_step}"
+        if dist.is_main_process():
+            path = super().save_checkpoint(output_dir, step=step, total_limit=limit)
+        dist.barrier()
+        return path
+
+    def load_checkpoint(self, path: str | os.PathLike | bool) -> Any:
+        """:meth:`TrainerCore.load_checkpoint`; data-parallel, rank 0 first (it clears stale temporaries),
+        then the others."""
+        if dist.is_main_process():
+            state = super().load_checkpoint(path)
+        dist.barrier()
+        if not dist.is_main_process():
+            state = super().load_checkpoint(path)
+        return state
 
     def _log(self, metrics: Mapping[str, float], step: int) -> None:
         record = self.metrics_logger.log(metrics, step)
@@ -527,23 +532,4 @@ class ATGRPOTrainer(TrainerCore):
 
 # The rollout metrics of a step whose every group was dropped for a non-finite reward (not logged: nan).
 NO_SAMPLE_METRICS = ("reward", "reward_std", "frac_reward_zero_std", "parse_error_rate", "completions/mean_length")
-
-
-def _nonfinite_loss_parts(
-    logps: torch.Tensor, rows: Mapping[str, torch.Tensor], loss: torch.Tensor, samples: Sequence[Sample]
-) -> str:
-    """What made a micro-batch's loss non-finite, with the roles of the rows that hold it."""
-    mask = rows["completion_mask"].to(logps.device).bool()
-    parts = {
-        "log-probs": logps,
-        "rollout log-probs": rows["old_per_token_logps"].to(logps.device),
-        "reference log-probs": rows.get("ref_per_token_logps"),
-        "advantages": rows["advantages"],
-        "loss": loss,
-    }
-    masks = {name: mask for name in ("log-probs", "rollout log-probs", "reference log-probs")}
-    bad = nonfinite_names({k: v if v is None else v.to(logps.device) for k, v in parts.items()}, masks)
-    rows_bad = ~(torch.isfinite(logps.detach()) | ~mask).all(dim=-1)
-    roles = sorted({s.role for s, b in zip(samples, rows_bad.tolist()) if b})
-    return f"{', '.join(bad)}" + (f" (rows of roles {roles})" if roles else "")
 

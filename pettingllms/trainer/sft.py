@@ -19,6 +19,12 @@ Why not TRL's ``SFTTrainer``: it trains one model with one optimizer per trainer
 on one peft model, switched per batch) and L3 would need one trainer per policy, each re-tokenizing
 with its own chat-template handling; this loop is short, reuses the engine's prompt rendering and
 ``comlrl.scoring.completion_logprobs``, and keeps every policy's data in one place.
+
+Data-parallel (under ``accelerate launch`` / ``torchrun``, see :mod:`pettingllms.trainer.distributed`):
+every rank draws the same shuffled global batches of ``batch_size`` demonstrations and scores its
+contiguous shard of each; the NLL is divided by the global token count (summed over ranks) and the
+gradients are summed before clipping, so each optimizer step is the one-process step over the same
+batch (a rank with an empty shard contributes zero gradients). Only rank 0 logs and shows progress.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from comlrl.rollout.prompts import render_prompt
 from comlrl.scoring import completion_logprobs
 from comlrl.seeding import derive_seed
 from comlrl.trainers.core.validation import check_float, check_int
+from pettingllms.trainer import distributed as dist
 
 __all__ = [
     "SFTWarmStartConfig",
@@ -216,6 +223,8 @@ def sft_warm_start(
         epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, max_length=max_length,
         max_grad_norm=max_grad_norm,
     )
+    dist.init_distributed()
+    progress = progress and dist.is_main_process()
     if role_policies is None:
         role_policies = {agent: policy.policy_name(agent) for agent in policy.agents}
     unknown = sorted(set(demos_by_agent) - set(role_policies))
@@ -259,6 +268,27 @@ def sft_warm_start(
     return metrics
 
 
+def _backward_shard(model, rows: Sequence[TokenizedExample], pad_id: int, params) -> torch.Tensor:
+    """Data-parallel: backpropagate this rank's shard of a batch with its NLL divided by the batch's global
+    token count, sum the gradients over ranks, and return the global batch's loss (the same on every rank)."""
+    numerator = None
+    count = 0.0
+    if rows:
+        logprobs, mask = completion_logprobs(
+            model, [r.prompt_ids for r in rows], [r.completion_ids for r in rows], pad_token_id=pad_id,
+            requires_grad=True,
+        )
+        numerator, count = -(logprobs * mask).sum(), float(mask.sum())
+    total, global_count = dist.all_reduce_sum([0.0 if numerator is None else float(numerator.detach()), count])
+    if global_count == 0:
+        raise ValueError("`mask` selects no tokens: every completion in the batch is empty")
+    loss = torch.tensor(total / global_count)
+    if numerator is not None and torch.isfinite(loss):  # a non-finite loss raises on every rank alike
+        (numerator / global_count).backward()
+    dist.all_reduce_gradients(params)
+    return loss
+
+
 def _cuda_devices(policy) -> list[int]:
     """CUDA device indices holding the policy's models (whose RNG state the warm start forks)."""
     devices = {next(m.parameters()).device for m in policy.models()}
@@ -282,22 +312,26 @@ def _train_policy(policy, name, examples, pad_id, config, seed, logger, bar, ste
             for epoch in range(config.epochs):
                 losses: list[float] = []
                 for batch in shuffled_batches(len(examples), config.batch_size, generator):
-                    rows = [examples[i] for i in batch]
-                    logprobs, mask = completion_logprobs(
-                        model,
-                        [r.prompt_ids for r in rows],
-                        [r.completion_ids for r in rows],
-                        pad_token_id=pad_id,
-                        requires_grad=True,
-                    )
-                    loss = sft_loss(logprobs, mask)
+                    optimizer.zero_grad(set_to_none=True)
+                    if dist.world_size() > 1:
+                        loss = _backward_shard(model, [examples[i] for i in dist.shard(batch)], pad_id, params)
+                    else:
+                        rows = [examples[i] for i in batch]
+                        logprobs, mask = completion_logprobs(
+                            model,
+                            [r.prompt_ids for r in rows],
+                            [r.completion_ids for r in rows],
+                            pad_token_id=pad_id,
+                            requires_grad=True,
+                        )
+                        loss = sft_loss(logprobs, mask)
                     if not torch.isfinite(loss):
                         raise FloatingPointError(
                             f"sft: non-finite loss {loss.item()} for policy {name!r} at epoch {epoch + 1}; "
                             f"lower `learning_rate` (got {config.learning_rate})"
                         )
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
+                    if dist.world_size() == 1:
+                        loss.backward()
                     # max_norm = inf measures the norm without clipping.
                     limit = config.max_grad_norm if config.max_grad_norm > 0 else math.inf
                     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, limit))
@@ -307,7 +341,7 @@ def _train_policy(policy, name, examples, pad_id, config, seed, logger, bar, ste
                     losses.append(loss.item())
                     if step == first_step + 1:
                         first_step_loss = losses[-1]  # the untrained policy's loss on its first batch
-                    if logger is not None:
+                    if logger is not None and dist.is_main_process():
                         logger.log({f"sft/{name}/loss": losses[-1], f"sft/{name}/grad_norm": grad_norm}, step=step)
                     bar.update(1)
                     bar.set_postfix(policy=name, epoch=epoch + 1, loss=f"{losses[-1]:.3f}")

@@ -59,6 +59,8 @@ def test_python_dash_m_pettingllms_runs_the_cli():
         (["sft.epochs=many"], "`sft.epochs` must be int"),
         (["at_grpo.loss_type=ppo"], "section `at_grpo`: `loss_type` must be one of"),
         (["env.name=chess"], "chess"),
+        (["run.backend=slurm"], "`run.backend` must be one of ['local', 'ray'], got 'slurm'"),
+        (["placement.nobody.colocate=true"], "`placement.nobody`: unknown policy 'nobody'; the run's policies are ['shared']"),
     ],
 )
 def test_bad_config_input_exits_2_naming_the_key_without_a_traceback(overrides, named, capsys, tmp_path):
@@ -66,6 +68,16 @@ def test_bad_config_input_exits_2_naming_the_key_without_a_traceback(overrides, 
     err = capsys.readouterr().err
     assert code == 2
     assert named in err and err.startswith("pettingllms: error: ") and "Traceback" not in err
+
+
+def test_plan_is_a_command_of_the_cli(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "plan" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    out = capsys.readouterr().out
+    assert "--json" in out and "--device-memory" in out and "--resources" in out
 
 
 def test_bad_override_through_python_dash_m_exits_2():

@@ -119,6 +119,13 @@ def test_malformed_overrides(text):
         parse_override(text)
 
 
+def test_placement_is_an_open_mapping_replaced_whole_by_a_mapping_override():
+    config = load_config("plan_path/L3", ["placement.tool.update_devices=2", "placement.plan={colocate: true}"])
+    assert config["placement"] == {"tool": {"update_devices": 2}, "plan": {"colocate": True}}
+    config = load_config("plan_path/L3", ["placement.tool.update_devices=2", "placement={plan: {colocate: true}}"])
+    assert config["placement"] == {"plan": {"colocate": True}}
+
+
 def test_open_mappings_take_any_keys_and_reach_the_agents():
     config = load_config("plan_path/L1", ["env.agent_options.tool.max_tool_calls=2"])
     name, fields, options = env_arguments(config)
@@ -298,6 +305,11 @@ def test_find_config():
         ("plan_path/L1", ["run.seed=-1"], r"`run.seed` must be an integer >= 0"),
         ("plan_path/L1", ["run.report_to=mlflow"], r"`run.report_to`"),
         ("sudoku/L1", ["env.size=7"], r"section `env`"),
+        ("plan_path/L1", ["run.backend=kubernetes"], r"`run.backend` must be one of \['local', 'ray'\], got 'kubernetes'"),
+        ("plan_path/L3", ["placement.shared.colocate=true"],
+         r"`placement.shared`: unknown policy 'shared'; the run's policies are \['tool', 'plan'\]"),
+        ("plan_path/L3", ["placement.tool.gpus=2"], r"unknown key `placement.tool.gpus`; known keys: \['colocate', "),
+        ("plan_path/L3", ["run.backend=ray", "placement={tool: {rollout_devices: 2}, plan: {colocate: true}}"], None),
     ],
 )
 def test_validate_config_errors_name_the_keys(path, overrides, pattern):

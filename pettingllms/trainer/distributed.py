@@ -1,0 +1,324 @@
+"""Data-parallel AT-GRPO, GRPO and SFT under ``accelerate launch`` / ``torchrun``: the collectives the
+trainers use, in one place.
+
+Launch any script that builds an :class:`~pettingllms.trainer.at_grpo.ATGRPOTrainer` or calls
+:func:`~pettingllms.trainer.sft.sft_warm_start` with::
+
+    accelerate launch --multi_gpu --num_processes N --num_machines 1 --mixed_precision no \\
+        --dynamo_backend no SCRIPT        # or: torchrun --standalone --nproc_per_node N SCRIPT
+
+(on a machine without GPUs this gives N CPU processes over gloo; accelerate's ``--cpu`` silently runs
+one process). The trainers call :func:`init_distributed`, which joins the process group the launcher's
+environment variables (``WORLD_SIZE``, ``RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) describe. With a world
+size above 1:
+
+- **sharded**: each rank takes a contiguous slice (:func:`shard`) of a step's problems (AT-GRPO: the ids
+  :func:`~pettingllms.trainer.problems.draw_problem_ids` draws, the same global ids and seeds as one
+  process) or of the demonstrations (SFT), and rolls out / scores only those. Groups are per problem,
+  so advantages stay local;
+- **reduced**: per optimizer step, the completion-token count (``num_items_in_batch``, the ``dapo`` /
+  SFT normaliser) and the micro-batch count (the ``1/k`` of the per-micro-batch means) are summed over
+  ranks, and after the local backward passes the trainable gradients are summed
+  (:func:`all_reduce_gradients`) before clipping, so one optimizer step is the one-process step over the
+  same global rows (up to float summation order). The number of optimizer steps is agreed with a max, so
+  a rank whose shard holds fewer (or no) rows of a policy still joins every collective, contributing
+  zero gradients; a non-finite loss on any rank skips the step on every rank;
+- **gathered**: the step's samples (slimmed of prompts and log-probs), episode outcomes, counts and the
+  update statistics (:func:`gather_objects`), so every rank computes, and rank 0 logs, the metrics one
+  process computes over the same rows (not an average of per-rank averages);
+- **written by rank 0 only**: ``metrics.jsonl`` (ranks > 0 log into a :class:`RankMetricsLogger` that
+  writes nothing), transcripts, checkpoints and ``save_model``; every rank enters those calls (they gather
+  first) and waits for rank 0 at a barrier. A checkpoint records its ``world_size``; resuming it on a
+  different world size is an error naming both.
+
+Why summed gradients instead of DDP: the update walks its own micro-batches per policy (LoRA adapters
+activated one at a time, a rank may have no rows of a policy), which DDP's per-forward hooks and its
+equal-call-count assumption do not fit; one flat all-reduce per optimizer step is the same traffic.
+
+Models that do not fit one device: FSDP goes through accelerate's config (``accelerate config`` with
+``distributed_type: FSDP``) and wrapping the policy's models; it is not implemented or tested on this
+machine (no GPU), nor is multi-node launch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import torch
+
+__all__ = [
+    "RankMetricsLogger",
+    "StepView",
+    "TranscriptSelector",
+    "all_reduce_gradients",
+    "all_reduce_max",
+    "all_reduce_sum",
+    "barrier",
+    "check_world_size",
+    "gather_objects",
+    "gather_step",
+    "init_distributed",
+    "is_main_process",
+    "rank",
+    "shard",
+    "world_size",
+]
+
+T = TypeVar("T")
+
+
+def init_distributed() -> int:
+    """Join the process group a launcher describes (``WORLD_SIZE`` > 1 in the environment) unless one is
+    already initialised; returns the world size (1 outside a launcher).
+
+    The group is torch's own (``env://``; gloo without CUDA, else NCCL with the device ``LOCAL_RANK``):
+    ``accelerate.PartialState()`` on a machine without GPUs reports ``DistributedType.NO`` and one process
+    under ``--multi_gpu`` while leaving a group with an undefined backend, so it cannot be asked.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and not dist.is_initialized() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            dist.init_process_group("nccl")
+        else:
+            dist.init_process_group("gloo")
+    return world_size()
+
+
+def world_size() -> int:
+    """The number of ranks (1 when no process group is initialised)."""
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def rank() -> int:
+    """This process's rank (0 when no process group is initialised)."""
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def is_main_process() -> bool:
+    """Whether this process writes files (rank 0, or the only process)."""
+    return rank() == 0
+
+
+def barrier() -> None:
+    """Wait for every rank (no-op with one process)."""
+    if world_size() > 1:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+def _comm_device() -> torch.device:
+    import torch.distributed as dist
+
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
+def all_reduce_sum(values: Sequence[float]) -> list[float]:
+    """Element-wise sums over ranks (float64; the input itself with one process)."""
+    if world_size() == 1:
+        return [float(v) for v in values]
+    import torch.distributed as dist
+
+    tensor = torch.tensor([float(v) for v in values], dtype=torch.float64, device=_comm_device())
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor.tolist()
+
+
+def all_reduce_max(value: int) -> int:
+    """The largest ``value`` over ranks (e.g. the optimizer-step count every rank must make)."""
+    if world_size() == 1:
+        return int(value)
+    import torch.distributed as dist
+
+    tensor = torch.tensor([int(value)], dtype=torch.int64, device=_comm_device())
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return int(tensor.item())
+
+
+def gather_objects(obj: T) -> list[T]:
+    """Every rank's ``obj`` (picklable), in rank order, on every rank (``[obj]`` with one process)."""
+    if world_size() == 1:
+        return [obj]
+    import torch.distributed as dist
+
+    out: list[Any] = [None] * world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def all_reduce_gradients(params: Iterable[torch.nn.Parameter]) -> None:
+    """Sum the gradients of ``params`` over ranks, in place.
+
+    A parameter without a gradient on a rank (no rows, or not reached) contributes zeros; one without a
+    gradient on every rank keeps ``grad=None``, so AdamW leaves it alone as one process would.
+    """
+    if world_size() == 1:
+        return
+    import torch.distributed as dist
+
+    params = list(params)
+    device = _comm_device()
+    present = torch.tensor([p.grad is not None for p in params], dtype=torch.int32, device=device)
+    dist.all_reduce(present, op=dist.ReduceOp.MAX)
+    used = [p for p, flag in zip(params, present.tolist()) if flag]
+    if not used:
+        return
+    for p in used:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    flat = torch.cat([p.grad.detach().reshape(-1).to(device) for p in used])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    offset = 0
+    for p in used:
+        size = p.grad.numel()
+        p.grad.copy_(flat[offset : offset + size].view_as(p.grad))
+        offset += size
+
+
+def shard(items: Sequence[T], index: int | None = None, size: int | None = None) -> list[T]:
+    """Rank ``index``'s contiguous slice of ``items`` (default: this rank's of the current world); the
+    slices of ranks 0..size-1, concatenated, are ``items`` in order, and their lengths differ by at most 1."""
+    index = rank() if index is None else index
+    size = world_size() if size is None else size
+    if not 0 <= index < size:
+        raise ValueError(f"rank {index} is outside a world of size {size}")
+    n = len(items)
+    return list(items[index * n // size : (index + 1) * n // size])
+
+
+def check_world_size(saved: Mapping[str, Any], path: Any) -> None:
+    """A checkpoint's recorded ``world_size`` (absent: 1) must be the current one."""
+    recorded = int(saved.get("world_size", 1))
+    if recorded != world_size():
+        raise ValueError(
+            f"checkpoint {path} was written by a run of world size {recorded}; this run has world size "
+            f"{world_size()}: resume on the same number of processes"
+        )
+
+
+class TranscriptSelector:
+    """Stands in for the engine's transcript writer on every rank: the engine still selects a rollout's
+    records (``batch.transcripts``), nothing is written; rank 0 writes every rank's records
+    (:func:`gather_step`)."""
+
+    def __init__(self, writer: Any) -> None:
+        self.writer = writer
+
+    def select(self, samples: Iterable[Any], step: int) -> list[dict[str, Any]]:
+        return self.writer.select(samples, step)
+
+    def write(self, records: list[dict[str, Any]]) -> None:
+        """Nothing: rank 0 writes the gathered records."""
+
+    def truncate_after(self, step: int) -> None:
+        """Nothing: rank 0's trainer truncates the file on resume."""
+
+
+class RankMetricsLogger:
+    """The metrics logger of a rank > 0: it keeps the history (so checkpoints and returned histories are
+    the same on every rank) and writes nothing; rank 0's :class:`~comlrl.reporting.MetricsLogger` writes."""
+
+    def __init__(self) -> None:
+        self.history: list[dict[str, Any]] = []
+
+    def log(self, metrics: Mapping[str, Any], step: int) -> dict[str, float]:
+        import math
+
+        scalars = {}
+        for key, value in metrics.items():
+            value = value.item() if hasattr(value, "item") else value
+            if isinstance(value, bool | int | float) and math.isfinite(float(value)):
+                scalars[key] = float(value)
+        self.history.append({"step": int(step), **scalars})
+        return scalars
+
+    def rewrite(self, records: Iterable[Mapping[str, Any]]) -> None:
+        self.history = [dict(r) for r in records]
+
+    def truncate_after(self, step: int) -> None:
+        self.history = [r for r in self.history if r.get("step", 0) <= step]
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+
+@dataclass
+class StepView:
+    """What an AT-GRPO step's metrics are computed over: the whole step's finite-reward samples and counts
+    (every rank's, under data parallelism; this process's otherwise)."""
+
+    samples: list[Any]
+    success_rate: float
+    raw_samples: int
+    dropped_samples: int
+    dropped_groups: int
+    dropped_what: str
+    generate_calls: int
+    sampled_policies: set[str]
+    trained: set[str]
+
+    @classmethod
+    def local(cls, batch: Any, samples: list[Any], tensors: Mapping[str, Any], dropped_groups: int,
+              dropped_what: str) -> StepView:
+        """The view of a single process: its own batch."""
+        return cls(
+            samples=samples,
+            success_rate=batch.success_rate,
+            raw_samples=len(batch.samples),
+            dropped_samples=batch.dropped_samples + len(batch.samples) - len(samples),
+            dropped_groups=dropped_groups,
+            dropped_what=dropped_what,
+            generate_calls=batch.generate_calls,
+            sampled_policies={s.policy for s in batch.samples},
+            trained=set(tensors),
+        )
+
+
+def _slim(sample: Any) -> Any:
+    # What the metrics read, without the prompt, text and log-probs (kept small on the wire).
+    return dataclasses.replace(sample, prompt=None, response="", prompt_ids=[], logprobs=[], action=None, feedback="")
+
+
+def gather_step(batch: Any, samples: list[Any], tensors: Mapping[str, Any], dropped_groups: int,
+                dropped_what: str, transcripts: Any = None) -> StepView:
+    """Every rank's part of one AT-GRPO step, gathered into the view one process would have of the whole
+    step (success over all kept episodes, counts summed, samples concatenated in rank order); rank 0's
+    ``transcripts`` writer, when given, writes every rank's selected transcript records in decision order."""
+    mine = {
+        "samples": [_slim(s) for s in samples],
+        "successes": [bool(o.success) for o in batch.outcomes if not o.dropped],
+        "raw": len(batch.samples),
+        "dropped": batch.dropped_samples + len(batch.samples) - len(samples),
+        "groups": dropped_groups,
+        "what": dropped_what,
+        "calls": batch.generate_calls,
+        "sampled": sorted({s.policy for s in batch.samples}),
+        "trained": sorted(tensors),
+        "records": batch.transcripts,
+    }
+    parts = gather_objects(mine)
+    successes = [ok for part in parts for ok in part["successes"]]
+    if transcripts is not None:
+        records = [r for part in parts for r in part["records"]]
+        transcripts.write(sorted(records, key=lambda r: (r["problem_id"], r["turn"], r["agent_index"], r["candidate"])))
+    return StepView(
+        samples=[s for part in parts for s in part["samples"]],
+        success_rate=sum(successes) / len(successes) if successes else 0.0,
+        raw_samples=sum(part["raw"] for part in parts),
+        dropped_samples=sum(part["dropped"] for part in parts),
+        dropped_groups=sum(part["groups"] for part in parts),
+        dropped_what="; ".join(part["what"] for part in parts if part["what"]),
+        generate_calls=sum(part["calls"] for part in parts),
+        sampled_policies={name for part in parts for name in part["sampled"]},
+        trained={name for part in parts for name in part["trained"]},
+    )

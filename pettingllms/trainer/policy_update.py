@@ -1,0 +1,244 @@
+"""One policy's AT-GRPO / GRPO update as its own object: :class:`PolicyUpdater` holds the policy's AdamW and
+learning-rate scheduler and runs ``num_iterations`` PPO-clip passes over the rows one step gave it.
+
+:class:`~pettingllms.trainer.at_grpo.ATGRPOTrainer` holds one per policy (Ray's UpdateWorkers hold one
+each, with the same interface). The updater does not count non-finite steps itself: it returns, in
+order, an event per optimizer step (``("finite",)`` or ``("skip", what, where)``) in an
+:class:`UpdateResult`, which the trainer replays into its
+:class:`~comlrl.trainers.core.nonfinite.NonFiniteGuard`.
+
+Per optimizer step (a group of ``gradient_accumulation_steps`` shuffled micro-batches,
+:func:`~pettingllms.trainer.micro_batches.micro_batch_groups`): zero the gradients, backpropagate each
+micro-batch's :func:`~pettingllms.trainer.losses.at_grpo_loss`, clip, step, bump the policy's weights
+version. A non-finite loss part or gradient norm skips the step (no parameter change). Under data
+parallelism (:mod:`pettingllms.trainer.distributed`) the step's token and micro-batch counts and its
+gradients are summed over ranks, and every rank makes the same number of optimizer steps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from comlrl.rl import is_finite, nonfinite_names
+from comlrl.scoring import per_token_logps
+from comlrl.seeding import derive_seed
+from comlrl.trainers.core.models import scoring_mode
+from pettingllms.execution import PolicyTensors, Sample
+from pettingllms.trainer import distributed as dist
+from pettingllms.trainer.at_grpo_config import ATGRPOConfig
+from pettingllms.trainer.losses import at_grpo_loss
+from pettingllms.trainer.metrics import UpdateStats
+from pettingllms.trainer.micro_batches import micro_batch_groups, policy_rows
+
+__all__ = ["PolicyUpdater", "UpdateResult"]
+
+
+@dataclass
+class UpdateResult:
+    """What one :meth:`PolicyUpdater.update` did: its ``policy/<name>/`` metrics, and per optimizer step, in
+    order, ``("finite",)`` or ``("skip", what, where)`` for the trainer's non-finite guard."""
+
+    metrics: dict[str, float]
+    events: list[tuple] = field(default_factory=list)
+
+
+class PolicyUpdater:
+    """The optimizer, scheduler and PPO-clip update of policy ``name`` of ``policy`` (a
+    :class:`comlrl.policy.MultiAgentPolicy`).
+
+    Args:
+        config: the :class:`ATGRPOConfig` (optimizer, schedule, loss and micro-batch settings).
+        policy: the multi-agent policy holding ``name``.
+        name: the policy to update; its trainable parameters (``policy.trainable_parameters(name)``) go
+            to one AdamW.
+        reference: a :class:`comlrl.trainers.core.reference.ReferencePolicy` for the KL (needed when
+            ``config.beta > 0``).
+    """
+
+    def __init__(self, config: ATGRPOConfig, policy: Any, name: str, reference: Any = None) -> None:
+        from transformers import get_scheduler
+
+        from comlrl.rollout.hf import eos_token_ids, pad_token_id
+
+        if config.beta > 0 and reference is None:
+            raise ValueError(f"policy {name!r}: `beta` is {config.beta} > 0, so a `reference` policy is needed")
+        params = policy.trainable_parameters(name)
+        if not params:
+            raise ValueError(f"policy {name!r} has no trainable parameters")
+        self.config, self.policy, self.name, self.reference = config, policy, name, reference
+        self.optimizer = torch.optim.AdamW(
+            params,
+            lr=config.learning_rate,
+            betas=(config.adam_beta1, config.adam_beta2),
+            eps=config.adam_epsilon,
+            weight_decay=config.weight_decay,
+        )
+        self.scheduler = get_scheduler(
+            config.lr_scheduler_type,
+            self.optimizer,
+            num_warmup_steps=config.num_warmup_steps,
+            num_training_steps=config.max_steps,
+        )
+        handle = policy.handle(name)
+        self.pad_token_id: int = pad_token_id(handle.tokenizer, eos_token_ids(handle.model, handle.tokenizer))
+
+    def learning_rate(self) -> float:
+        """The learning rate the next optimizer step uses."""
+        return self.scheduler.get_last_lr()[0]
+
+    def scheduler_step(self) -> None:
+        """Advance the schedule by one training step."""
+        self.scheduler.step()
+
+    def update(self, tensors: PolicyTensors | None, step: int) -> UpdateResult:
+        """``num_iterations`` PPO passes over this policy's rows of training step ``step``.
+
+        ``tensors`` None (no rows on this rank) is allowed only under data parallelism, where the rank
+        still joins every optimizer step with zero gradients.
+        """
+        config, policy, name = self.config, self.policy, self.name
+        world = dist.world_size()
+        if tensors is None and world == 1:
+            raise ValueError(f"policy {name!r}, step {step}: `tensors` is None; a single process needs rows")
+        num_rows = len(tensors.samples) if tensors is not None else 0
+        extra = {"ref_per_token_logps": self._reference_logps(tensors)} if config.beta > 0 and num_rows else {}
+        prompt_keys = [tuple(s.prompt_ids) for s in tensors.samples] if config.share_prompts and num_rows else None
+        stats, events = UpdateStats(), []
+        with scoring_mode(policy.handle(name).model, config.disable_dropout), policy.activate(name):
+            for iteration in range(config.num_iterations):
+                groups = []
+                if num_rows:
+                    groups = micro_batch_groups(
+                        num_rows,
+                        config.per_device_train_batch_size,
+                        config.gradient_accumulation_steps,
+                        derive_seed(config.seed, "micro_batches", step, name, iteration),
+                        row_keys=prompt_keys,
+                    )
+                # Every rank makes the same number of optimizer steps; one with fewer groups adds zeros.
+                num_steps = dist.all_reduce_max(len(groups)) if world > 1 else len(groups)
+                for number in range(1, num_steps + 1):
+                    group = groups[number - 1] if number <= len(groups) else []
+                    bad = self._accumulate_gradients(tensors, group, extra, stats)
+                    if bad is None:
+                        self.optimizer.step()
+                        self.optimizer.zero_grad(set_to_none=True)
+                        policy.bump_version(name)
+                        stats.optimizer_steps += 1
+                        events.append(("finite",))
+                    else:  # drop this optimizer step (no parameter changes), count it, log it
+                        self.optimizer.zero_grad(set_to_none=True)
+                        stats.skipped_steps += 1
+                        where = f"step {step}, policy {name!r}, iteration {iteration + 1}, optimizer step {number}"
+                        events.append(("skip", bad, where))
+        num_tokens = float(tensors.completion_mask.sum()) if num_rows else 0.0
+        if world > 1:
+            stats, num_tokens = _gathered_stats(stats, num_tokens)
+        return UpdateResult(stats.as_metrics(f"policy/{name}/", num_tokens), events)
+
+    def _accumulate_gradients(
+        self,
+        tensors: PolicyTensors | None,
+        group: Sequence[torch.Tensor],
+        extra: Mapping[str, torch.Tensor],
+        stats: UpdateStats,
+    ) -> str | None:
+        """Backpropagate the micro-batches of one optimizer step and clip the gradient; None when all went
+        through, else what was non-finite (the first micro-batch's loss parts, or the gradient norm)."""
+        config, policy, optimizer = self.config, self.policy, self.optimizer
+        model = policy.handle(self.name).model
+        world = dist.world_size()
+        num_items = int(sum(int(tensors.completion_mask[index].sum()) for index in group))
+        num_micro_batches = len(group)
+        if world > 1:  # the global batch: dapo divides by all ranks' tokens, the 1/k means by all micro-batches
+            num_items, num_micro_batches = (int(v) for v in dist.all_reduce_sum([num_items, num_micro_batches]))
+        optimizer.zero_grad(set_to_none=True)
+        bad = None
+        for index in group:
+            rows = policy_rows(tensors, index, extra)
+            sampled_by = torch.tensor([tensors.samples[i].policy_version for i in index.tolist()], dtype=torch.float64)
+            stats.add_staleness(policy.version(self.name) - sampled_by)
+            logps, entropy = per_token_logps(
+                model, rows, config.temperature, with_entropy=True, share_prompts=config.share_prompts
+            )
+            device = logps.device
+            loss, out = at_grpo_loss(
+                logps,
+                rows["old_per_token_logps"].to(device),
+                rows["advantages"].to(device),
+                rows["completion_mask"].to(device),
+                config=config,
+                num_micro_batches=num_micro_batches,
+                num_items_in_batch=num_items,
+                ref_logps=rows["ref_per_token_logps"].to(device) if config.beta > 0 else None,
+            )
+            if not is_finite(loss):
+                bad = _nonfinite_loss_parts(logps, rows, loss, [tensors.samples[i] for i in index.tolist()])
+                break
+            loss.backward()
+            stats.add_micro_batch(out, entropy)
+        params = [p for param_group in optimizer.param_groups for p in param_group["params"]]
+        if world > 1:  # a non-finite part on any rank skips the step on every rank
+            if dist.all_reduce_max(bad is not None):
+                found = [f"{what} (rank {r})" for r, what in enumerate(dist.gather_objects(bad)) if what]
+                return "; ".join(found)
+            dist.all_reduce_gradients(params)
+        elif bad is not None:
+            return bad
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm or float("inf")))
+        if not math.isfinite(grad_norm):
+            return f"gradient norm ({grad_norm})"
+        stats.grad_norms.append(grad_norm)
+        return None
+
+    def _reference_logps(self, tensors: PolicyTensors) -> torch.Tensor:
+        """Reference log-probs of every row (``[B, C]`` on CPU), scored once per rollout."""
+        out = torch.zeros_like(tensors.old_per_token_logps)
+        size, share = self.config.per_device_train_batch_size, self.config.share_prompts
+        with torch.no_grad(), self.reference.model(self.name) as reference:
+            for index in torch.arange(len(tensors.samples)).split(size):
+                rows = policy_rows(tensors, index)
+                logps, _ = per_token_logps(reference, rows, self.config.temperature, share_prompts=share)
+                out[index, : logps.shape[1]] = logps.cpu()
+        return out
+
+
+def _gathered_stats(stats: UpdateStats, num_tokens: float) -> tuple[UpdateStats, float]:
+    """Every rank's micro-batch statistics merged (diagnostics then average over all ranks' micro-batches;
+    the gradient norms and step counts are the same on every rank) and the global token count."""
+    parts = dist.gather_objects((stats.losses, stats.entropies, stats.diagnostics, stats.staleness,
+                                 stats.staleness_max, num_tokens))
+    merged = UpdateStats(
+        grad_norms=stats.grad_norms, optimizer_steps=stats.optimizer_steps, skipped_steps=stats.skipped_steps
+    )
+    for losses, entropies, diagnostics, staleness, staleness_max, _ in parts:
+        merged.losses += losses
+        merged.entropies += entropies
+        merged.diagnostics += diagnostics
+        merged.staleness += staleness
+        merged.staleness_max = max(merged.staleness_max, staleness_max)
+    return merged, float(sum(part[-1] for part in parts))
+
+
+def _nonfinite_loss_parts(
+    logps: torch.Tensor, rows: Mapping[str, torch.Tensor], loss: torch.Tensor, samples: Sequence[Sample]
+) -> str:
+    """What made a micro-batch's loss non-finite, with the roles of the rows that hold it."""
+    mask = rows["completion_mask"].to(logps.device).bool()
+    parts = {
+        "log-probs": logps,
+        "rollout log-probs": rows["old_per_token_logps"].to(logps.device),
+        "reference log-probs": rows.get("ref_per_token_logps"),
+        "advantages": rows["advantages"],
+        "loss": loss,
+    }
+    masks = {name: mask for name in ("log-probs", "rollout log-probs", "reference log-probs")}
+    bad = nonfinite_names({k: v if v is None else v.to(logps.device) for k, v in parts.items()}, masks)
+    rows_bad = ~(torch.isfinite(logps.detach()) | ~mask).all(dim=-1)
+    roles = sorted({s.role for s, b in zip(samples, rows_bad.tolist()) if b})
+    return f"{', '.join(bad)}" + (f" (rows of roles {roles})" if roles else "")

@@ -1,0 +1,120 @@
+"""One policy's update as its own object (:class:`PolicyUpdater`): on the rows a trainer step produced it
+moves the same weights and reports the same metrics as the trainer; it reports non-finite steps as events
+and leaves counting to the caller; a trainer given ``updaters`` uses them instead of its own.
+
+Setup as ``test_at_grpo_trainer.py``: test-tiny model, Plan-Path 4x4, 2 problems, K = 2, 8 tokens, a reward
+bonus per candidate index so the advantages are not all 0.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from pettingllms.trainer import policy_update
+from pettingllms.trainer.at_grpo import ATGRPOTrainer
+from pettingllms.trainer.policy_update import PolicyUpdater, UpdateResult
+from tests.pettingllms.test_at_grpo_trainer import BonusTrainer, make_trainer, snapshot
+
+
+def captured_step(tmp_path, model_path, **overrides):
+    """A trainer after one step, the rows its update of policy ``shared`` got (copied before the update),
+    and the step's metrics."""
+    trainer = make_trainer(tmp_path, model_path, "L1", name="trainer", **overrides)
+    rows = {}
+    update = trainer._update_policy
+
+    def capture(name, tensors, step):
+        rows[name] = copy.deepcopy(tensors)
+        return update(name, tensors, step)
+
+    trainer._update_policy = capture
+    (metrics,) = trainer.train()
+    return trainer, rows["shared"], metrics
+
+
+def test_an_updater_on_its_own_moves_the_weights_and_reports_the_metrics_of_the_trainer_update(
+    tmp_path, tiny_model_path
+):
+    # 16 rows in micro-batches of 4: 4 optimizer steps, so AdamW's state carries across steps too.
+    trainer, rows, metrics = captured_step(tmp_path, tiny_model_path, per_device_train_batch_size=4)
+    fresh = make_trainer(tmp_path, tiny_model_path, "L1", cls=ATGRPOTrainer, name="fresh")
+    updater = PolicyUpdater(fresh.config, fresh.policy, "shared")
+    assert updater.learning_rate() == metrics["policy/shared/learning_rate"]
+    result = updater.update(rows, step=1)
+    assert isinstance(result, UpdateResult)
+    assert result.events == [("finite",)] * 4
+    trained = {k: v for k, v in metrics.items() if k.startswith("policy/shared/") and not k.endswith("learning_rate")}
+    update_keys = {"loss", "entropy", "grad_norm", "optimizer_steps", "skipped_steps", "num_tokens", "approx_kl"}
+    assert update_keys <= {k.removeprefix("policy/shared/") for k in result.metrics}
+    assert result.metrics == pytest.approx({k: trained[k] for k in result.metrics}, rel=0, abs=0)
+    assert result.metrics["policy/shared/optimizer_steps"] == 4.0
+    for a, b in zip(snapshot(trainer)["shared"], fresh.policy.trainable_parameters("shared")):
+        assert torch.equal(a, b)
+    assert fresh.policy.version("shared") == trainer.policy.version("shared") == 4
+    assert fresh.nonfinite.losses_skipped == 0
+    updater.scheduler_step()
+    assert updater.learning_rate() == trainer.updaters["shared"].learning_rate()
+
+
+def test_a_non_finite_loss_is_an_event_and_changes_nothing_and_no_guard_counts_it(
+    tmp_path, tiny_model_path, monkeypatch
+):
+    trainer, rows, _ = captured_step(tmp_path, tiny_model_path, per_device_train_batch_size=8)
+    fresh = make_trainer(tmp_path, tiny_model_path, "L1", cls=ATGRPOTrainer, name="fresh", per_device_train_batch_size=8)
+    updater = PolicyUpdater(fresh.config, fresh.policy, "shared")
+    calls = []
+    loss_fn = policy_update.at_grpo_loss
+
+    def nan_first(*args, **kwargs):  # the first micro-batch of the first optimizer step
+        loss, out = loss_fn(*args, **kwargs)
+        calls.append(1)
+        return (loss * float("nan"), out) if len(calls) == 1 else (loss, out)
+
+    monkeypatch.setattr(policy_update, "at_grpo_loss", nan_first)
+    before = [p.detach().clone() for p in fresh.policy.trainable_parameters("shared")]
+    result = updater.update(rows, step=3)
+    # 16 rows in micro-batches of 8: two optimizer steps, the first skipped.
+    assert result.events == [("skip", "loss", "step 3, policy 'shared', iteration 1, optimizer step 1"), ("finite",)]
+    assert result.metrics["policy/shared/skipped_steps"] == 1.0
+    assert result.metrics["policy/shared/optimizer_steps"] == 1.0
+    assert fresh.policy.version("shared") == 1
+    assert fresh.nonfinite.losses_skipped == 0 and fresh.nonfinite.in_a_row == {}
+    assert any(not torch.equal(a, b) for a, b in zip(before, fresh.policy.trainable_parameters("shared")))
+
+
+def test_a_single_process_update_needs_rows_and_a_kl_needs_a_reference(tmp_path, tiny_model_path):
+    trainer = make_trainer(tmp_path, tiny_model_path, "L1", cls=ATGRPOTrainer)
+    updater = PolicyUpdater(trainer.config, trainer.policy, "shared")
+    with pytest.raises(ValueError, match=r"policy 'shared', step 2: `tensors` is None; a single process needs rows"):
+        updater.update(None, step=2)
+    config = copy.deepcopy(trainer.config)
+    config.beta = 0.1
+    with pytest.raises(ValueError, match=r"policy 'shared': `beta` is 0.1 > 0, so a `reference` policy is needed"):
+        PolicyUpdater(config, trainer.policy, "shared")
+
+
+class CountingUpdater(PolicyUpdater):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.updates: list[int] = []
+
+    def update(self, tensors, step):
+        self.updates.append(step)
+        return super().update(tensors, step)
+
+
+def test_a_trainer_given_updaters_uses_them_and_their_optimizers_are_checkpointed(tmp_path, tiny_model_path):
+    policies = make_trainer(tmp_path, tiny_model_path, "L3", cls=ATGRPOTrainer, name="policies", max_steps=2)
+    given = {name: CountingUpdater(policies.config, policies.policy, name) for name in policies.policy.policies}
+    trainer = BonusTrainer(policies.config, policy=policies.policy, engine=policies.engine, updaters=given)
+    assert trainer.updaters == given
+    assert all(trainer.optimizers[n] is given[n].optimizer for n in given)
+    assert all(trainer.schedulers[n] is given[n].scheduler for n in given)
+    trainer.train()
+    assert {n: u.updates for n, u in given.items()} == {"tool": [1, 2], "plan": [1, 2]}
+    assert all(given[n].optimizer.state for n in given)  # the given optimizers stepped
+    with pytest.raises(ValueError, match=r"`updaters` lacks policies \['tool'\]; it must hold one per policy"):
+        ATGRPOTrainer(policies.config, policy=policies.policy, engine=policies.engine, updaters={"plan": given["plan"]})
