@@ -43,6 +43,19 @@ A run that ended before its first stage finished holds nothing to keep: the next
 resumed or not, starts afresh whatever its config (and says so). A resume first removes what writes cut short
 by a kill left in the run folder (:func:`comlrl.atomic_io.remove_stale_temporaries`, logged), and refuses a
 ``pipeline_state.json`` that does not parse or has another ``version`` with an error naming the file.
+
+Data-parallel runs: ``pettingllms train CONFIG`` (or any script that runs a :class:`Pipeline`) under
+``accelerate launch --multi_gpu --num_processes N`` or ``torchrun --nproc_per_node N`` runs the pipeline on
+every rank. :class:`Pipeline` joins the launcher's process group when it is made
+(:func:`~pettingllms.trainer.distributed.init_distributed`); the ``sft``, ``at_grpo`` and ``grpo`` stages
+are data-parallel (each rank takes a shard of the demonstrations / of each step's problems, see
+:mod:`pettingllms.trainer.distributed`), ``eval`` stages play every instance on every rank (the same
+result), and ``madpo`` / ``marlhf`` (no data-parallel mode yet), like ``run.backend: ray``, are refused with a
+ConfigError before the run starts. Rank 0 alone writes and removes files in the run folder (the folder's
+preparation, ``config.yaml``, ``pipeline_state.json``, ``metrics.jsonl``, every stage's files,
+``policies/``, ``plots/``) and prints progress and the summary; the other ranks wait for it at a barrier
+where they read what it wrote (after the folder is prepared, after each stage). A resume must run on the
+world size the interrupted run had (an RL stage's checkpoint records it).
 """
 
 from __future__ import annotations
@@ -81,6 +94,7 @@ from pettingllms.stages.madpo import madpo_settings, run_madpo
 from pettingllms.stages.marlhf import marlhf_settings, run_marlhf
 from pettingllms.stages.preference import run_preference_stage
 from pettingllms.stages.sft import run_sft, sft_settings
+from pettingllms.trainer import distributed as dist
 from pettingllms.workers.stage import RAY_STAGES
 
 __all__ = [
@@ -179,10 +193,17 @@ def check_pipeline(config: Mapping[str, Any]) -> dict[str, Any]:
     """Everything that can be checked before a run starts (and before its folder is made):
     :func:`~pettingllms.config.validate_config`, the model and device
     (:func:`~pettingllms.stages.context.check_run_inputs`, no model is loaded), then every stage's settings
-    (a bad value fails now, not after the warm start). Returns the settings of each planned stage by folder
+    (a bad value fails now, not after the warm start; under a data-parallel launch a stage without a
+    data-parallel mode fails here too). Returns the settings of each planned stage by folder
     (:func:`plan_stages`), which the stages then run with."""
     validate_config(config)
     check_run_inputs(config)
+    size = dist.world_size()
+    if size > 1 and config["run"].get("backend", "local") == "ray":
+        raise ConfigError(
+            f"`run.backend` is 'ray' but this run has world size {size} (accelerate launch / torchrun): the Ray "
+            "backend places its own workers; start it in one process, or use run.backend=local under the launcher"
+        )
     run_dir, progress = Path(config["run"]["output_dir"]), bool(config["run"]["progress"])
     return {folder: STAGE_SETTINGS[stage](stage, config, run_dir / folder, progress) for stage, folder in plan_stages(config)}
 
@@ -229,10 +250,12 @@ class Pipeline:
         out: where progress lines go (default stdout).
         plots: write PNG plots (matplotlib) at the end of each stage.
 
-    ``run.resume``, ``run.overwrite`` and ``run.progress`` are read from the config.
+    ``run.resume``, ``run.overwrite`` and ``run.progress`` are read from the config. Under ``accelerate
+    launch`` / ``torchrun`` it joins the launcher's process group first (see the module docstring).
     """
 
     def __init__(self, config: Mapping[str, Any], *, policy: Any = None, out: TextIO | None = None, plots: bool = True):
+        dist.init_distributed()  # first: the stage checks read the world size
         self.settings = check_pipeline(config)
         self.config = config
         self.plan = plan_stages(config)
@@ -246,7 +269,9 @@ class Pipeline:
 
     # ---- helpers ---------------------------------------------------------------------------------
     def say(self, message: str) -> None:
-        print(message, file=self.out, flush=True)
+        """Print a progress line (rank 0 only: one line per run, not one per rank)."""
+        if dist.is_main_process():
+            print(message, file=self.out, flush=True)
 
     @property
     def state_path(self) -> Path:
@@ -330,6 +355,30 @@ class Pipeline:
             self._remove_previous_run()
         return self._start()
 
+    def _prepare_on_main(self) -> list[dict[str, Any]]:
+        """:meth:`_prepare` on rank 0 alone (the only rank that touches the folder); the other ranks get its
+        outcome (the stages done and whether the run resumes) or raise its error, so none waits forever."""
+        if dist.world_size() == 1:
+            return self._prepare()
+        if dist.is_main_process():
+            try:
+                completed = self._prepare()
+            except ConfigError as error:
+                dist.gather_objects(("config", str(error), None))
+                raise
+            except Exception as error:
+                dist.gather_objects(("failed", f"{type(error).__name__}: {error}", None))
+                raise
+            dist.gather_objects(("done", completed, self.resume))
+            return completed
+        kind, value, resume = dist.gather_objects(None)[0]
+        if kind == "config":
+            raise ConfigError(value)
+        if kind == "failed":
+            raise RuntimeError(f"rank 0 failed to prepare the run folder {self.run_dir}: {value}")
+        self.resume = resume
+        return value
+
     def _start(self) -> list[dict[str, Any]]:
         """A fresh run folder: the resolved config and a state with no stage done."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -355,25 +404,27 @@ class Pipeline:
         """Run (or resume) every stage; returns the :class:`PipelineResult`."""
         from comlrl.reporting import MetricsLogger
 
-        completed = self._prepare()
+        completed = self._prepare_on_main()
+        main, size = dist.is_main_process(), dist.world_size()
         seed = self.config["run"]["seed"]
         seed_everything(seed)  # the global streams, for code we do not control (model loading, user code)
         if self._policy is None:
             model, level = self.config["model"], self.config["policy"]["level"]
             self.say(f"loading model {model['name']} (policy level {level}, device {model['device']}) ...")
-        policy = self._policy if self._policy is not None else build_run_policy(self.config)
+        policy = self._policy if self._policy is not None else self._build_policy()
         worker = make_env_worker(self.config)
         saved = [e["policies"] for e in completed if e.get("policies")]
         if saved:  # continue from the policies the last finished training stage left
             policy.load_weights_(self.run_dir / saved[-1])
-        run_logger = MetricsLogger(self.run_dir, "none")
+        run_logger = MetricsLogger(self.run_dir, "none") if main else dist.RankMetricsLogger()
         run_logger.truncate_after(len(completed))
         result = PipelineResult(self.run_dir)
         for entry in completed:
             result.stages[entry["folder"]] = entry["metrics"]
 
         total = len(self.plan)
-        self.say(f"pipeline {self.run_dir}: {' -> '.join(folder for _, folder in self.plan)}")
+        ranks = f" (data-parallel over {size} processes)" if size > 1 else ""
+        self.say(f"pipeline {self.run_dir}: {' -> '.join(folder for _, folder in self.plan)}{ranks}")
         for index, (stage, folder) in enumerate(self.plan, start=1):
             if index <= len(completed):
                 self.say(f"[{index}/{total}] {folder}: done (resumed run)")
@@ -382,10 +433,11 @@ class Pipeline:
             if self.config["run"].get("backend") == "ray" and stage not in RAY_STAGES:
                 self.say(f"[{index}/{total}] {folder}: stage `{stage}` has no Ray version; it runs in the driver process")
             context = StageContext(
-                stage, folder, self.config, policy, self.run_dir, worker, resume=self.resume, progress=self.progress,
-                settings=self.settings[folder],
+                stage, folder, self.config, policy, self.run_dir, worker, resume=self.resume,
+                progress=self.progress and main, settings=self.settings[folder],
             )
-            context.stage_dir.mkdir(parents=True, exist_ok=True)
+            if main:
+                context.stage_dir.mkdir(parents=True, exist_ok=True)
             started = time.perf_counter()
             # Each stage starts from its own seed, so a stage rerun by a resume starts as it did the first time.
             seed_everything(derive_seed(seed, "stage", folder))
@@ -394,23 +446,39 @@ class Pipeline:
                 "stage": stage, "folder": folder, "metrics": metrics, "seconds": time.perf_counter() - started,
             }
             if stage in TRAINING_STAGES:
-                policy.save(context.stage_dir / POLICIES_DIR)
+                if main:
+                    policy.save(context.stage_dir / POLICIES_DIR)
                 entry["policies"] = f"{folder}/{POLICIES_DIR}"
             run_logger.log({f"{folder}/{k}": v for k, v in metrics.items()}, step=index)
             completed.append(entry)
-            self._write_state(completed)
+            if main:
+                self._write_state(completed)
+            dist.barrier()  # the next stage may read this one's policies and the state (eval.json names them)
             result.stages[folder] = metrics
             self.say(f"[{index}/{total}] {folder}: {_describe(stage, metrics, self.config)}")
         run_logger.close()
 
-        policy.save(self.run_dir / POLICIES_DIR)
-        result.success_before, result.success_after = success_summary(self.plan, result.stages)
-        if self.make_plots:
-            from pettingllms.plots import plot_run
+        plots: list[Path] = []
+        if main:
+            policy.save(self.run_dir / POLICIES_DIR)
+            if self.make_plots:
+                from pettingllms.plots import plot_run
 
-            result.plots = plot_run(self.run_dir)
+                plots = plot_run(self.run_dir)
+        result.plots = dist.gather_objects(plots)[0]  # also waits for rank 0's files
+        result.success_before, result.success_after = success_summary(self.plan, result.stages)
         self.say(self.summary(result))
         return result
+
+    def _build_policy(self) -> Any:
+        """The config's policy; under a launcher rank 0 first, so a preset is built into the model cache
+        once (the other ranks then load it)."""
+        if dist.is_main_process():
+            policy = build_run_policy(self.config)
+        dist.barrier()
+        if not dist.is_main_process():
+            policy = build_run_policy(self.config)
+        return policy
 
     def summary(self, result: PipelineResult) -> str:
         """The closing lines: success before / after, where the policies and plots are."""

@@ -22,6 +22,7 @@ MODULES = (
     "comlrl.trainers.actor_critic",
     "comlrl.trainers.actor_critic.critics",
     "pettingllms.trainer",
+    "pettingllms.workers",
     "pettingllms.trainer.at_grpo",
     "pettingllms.pipeline",
     "pettingllms.stages.preference",

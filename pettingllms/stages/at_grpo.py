@@ -6,6 +6,11 @@ keys (:class:`TrainingLimits`): stop once the sampled completions reach ``max_co
 run ``max_minutes``, and measure held-out success (the ``eval`` section's evaluation) each time another
 ``eval_every_completions`` completions were sampled, logged as ``eval/*`` records (with
 ``eval/completions``) in the stage's ``metrics.jsonl``.
+
+Data-parallel runs (``accelerate launch`` / ``torchrun``, :mod:`pettingllms.trainer.distributed`): the trainer
+shards each step's problems over the ranks and rank 0 writes; the limits are met on every rank at the
+same step (the completion count comes from the gathered metrics, the clock of ``max_minutes`` is agreed
+over ranks), and a held-out evaluation runs on every rank (same weights, same result), logged by rank 0.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from comlrl.trainers.core.validation import check_float, check_int
 from pettingllms.config.loader import ConfigError, section_to_dataclass
 from pettingllms.stages.context import StageContext, workflow_env
 from pettingllms.stages.eval import evaluate_policy
+from pettingllms.trainer import distributed as dist
 from pettingllms.trainer.at_grpo import ATGRPOTrainer
 from pettingllms.workers.stage import attach, stage_workers
 
@@ -130,7 +136,7 @@ def at_grpo_settings(stage: str, config: Mapping[str, Any], stage_dir: str | Pat
             raise ConfigError(f"`{stage}.eval_every_completions`: {error}") from error
         raise
     if [seeds.start, seeds.stop] != list(trainer.train_seed_range):
-        if progress:
+        if progress and dist.is_main_process():
             print(f"{stage}: `{stage}.train_seed_range` {list(trainer.train_seed_range)} reaches past the split training "
                   f"plays; drawing from its {len(seeds)} instances, seeds [{seeds.start}, {seeds.stop})", file=sys.stderr)
         trainer = dataclasses.replace(trainer, train_seed_range=[seeds.start, seeds.stop])
@@ -193,7 +199,10 @@ class _LimitedTrainer(ATGRPOTrainer):
             point = {f"eval/{k}": v for k, v in self.evaluate_held_out().items()}
             self.metrics_logger.log({**point, "eval/completions": float(self.counter.completions)}, self.global_step)
         minutes = (time.perf_counter() - self.started) / 60
-        if self.counter.budget_spent or (self.limits.max_minutes and minutes >= self.limits.max_minutes):
+        late = bool(self.limits.max_minutes) and minutes >= self.limits.max_minutes
+        if self.world_size > 1 and self.limits.max_minutes:  # every rank stops at the same step, or the rest hang
+            late = bool(dist.all_reduce_max(int(late)))
+        if self.counter.budget_spent or late:  # the count is the gathered metrics': the same on every rank
             raise _LimitReached
         return metrics
 

@@ -4,6 +4,11 @@ A stage is two functions of its module (:mod:`pettingllms.stages.sft`, ``at_grpo
 ``eval``): ``<stage>_settings(stage, config, stage_dir, progress)`` builds and checks the stage's settings
 from a resolved run config (the pipeline calls it once for every stage before the first one starts), and
 ``run_<stage>(context)`` runs the stage on a :class:`StageContext` and returns its summary metrics.
+
+Data-parallel runs (``accelerate launch`` / ``torchrun``, :mod:`pettingllms.trainer.distributed`): every rank
+runs every stage; only rank 0 writes (a rank > 0 gets a :meth:`StageContext.metrics_logger` that writes
+nothing). Stages without a data-parallel mode refuse a world size above 1 in their settings
+(:func:`check_one_process`), so the run stops before it starts.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ __all__ = [
     "SettingsBuilder",
     "StageContext",
     "build_run_policy",
+    "check_one_process",
     "check_run_inputs",
     "make_env_worker",
     "run_policy_config",
@@ -67,12 +73,28 @@ class StageContext:
 
     def metrics_logger(self):
         """A fresh :class:`~comlrl.reporting.MetricsLogger` writing ``stage_dir/metrics.jsonl`` (for stages
-        that do not own a trainer's logger)."""
+        that do not own a trainer's logger); on a data-parallel rank > 0 one that writes nothing."""
         from comlrl.reporting import MetricsLogger
+        from pettingllms.trainer import distributed as dist
 
+        if not dist.is_main_process():
+            return dist.RankMetricsLogger()
         logger = MetricsLogger(self.stage_dir, self.config["run"]["report_to"])
         logger.truncate_after(0)
         return logger
+
+
+def check_one_process(stage: str) -> None:
+    """Refuse stage ``stage`` under a data-parallel launch (world size > 1): it has no data-parallel mode
+    yet, and every rank running it whole would train the same policy twice over and race on its files."""
+    from pettingllms.trainer import distributed as dist
+
+    size = dist.world_size()
+    if size > 1:
+        raise ConfigError(
+            f"stage `{stage}` has no data-parallel mode yet, and this run has world size {size} "
+            "(accelerate launch / torchrun): run a pipeline with it in one process, without the launcher"
+        )
 
 
 def run_workflow(config: Mapping[str, Any]) -> list[str]:

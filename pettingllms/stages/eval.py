@@ -14,6 +14,10 @@ Every evaluation (this stage's ``eval.json``, ``pettingllms eval``'s report) is 
 settings it ran with: ``seeds`` ([start, stop)), ``num_samples``, ``temperature``, ``run_seed``, and
 where the caller knows them the ``policy`` evaluated and the ``config``. :func:`eval_summary` states all
 of it in one line.
+
+Data-parallel runs (``accelerate launch`` / ``torchrun``): every rank plays every held-out instance (the
+ranks hold the same weights, so they get the same result; an evaluation is small next to training), and
+rank 0 alone writes ``eval.json`` and the stage's metrics and shows the progress bar.
 """
 
 from __future__ import annotations
@@ -302,18 +306,22 @@ def _evaluated_policies(context: StageContext) -> str:
 
 def run_eval(context: StageContext) -> dict[str, float]:
     """Held-out success; writes ``eval.json`` (the report of :func:`evaluate_policy`) and the stage's
-    metrics. A progress bar on stderr with ``run.progress``."""
+    metrics (rank 0 of a data-parallel run). A progress bar on stderr with ``run.progress``."""
+    from pettingllms.trainer import distributed as dist
+
     settings = context.settings_or(eval_settings)
+    main = dist.is_main_process()
     metrics, report = evaluate_policy(
         context.policy,
         context.config,
         context.env_worker,
         settings,
-        progress=context.progress,
+        progress=context.progress and main,
         policy_name=_evaluated_policies(context),
         config_name=str(context.run_dir / RESOLVED_CONFIG_FILE),
     )
-    atomic_write_json(context.stage_dir / "eval.json", report)
+    if main:
+        atomic_write_json(context.stage_dir / "eval.json", report)
     logger = context.metrics_logger()
     try:
         logger.log({f"eval/{k}": v for k, v in metrics.items()}, step=0)

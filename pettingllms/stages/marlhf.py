@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pettingllms.stages.context import StageContext
+from pettingllms.stages.context import StageContext, check_one_process
 from pettingllms.stages.env_oracle import oracle_trainer_config, run_oracle_trainer
 
 __all__ = ["marlhf_settings", "run_marlhf"]
@@ -17,9 +17,11 @@ __all__ = ["marlhf_settings", "run_marlhf"]
 def marlhf_settings(
     stage: str, config: Mapping[str, Any], stage_dir: str | Path, progress: bool = True, num_agents: int | None = None
 ):
-    """The :class:`~comlrl.trainers.preference.MARLHFIterConfig` of section ``stage`` (``marlhf``)."""
+    """The :class:`~comlrl.trainers.preference.MARLHFIterConfig` of section ``stage`` (``marlhf``); a ConfigError
+    under a data-parallel launch (comlrl's trainers have no data-parallel mode yet)."""
     from comlrl.trainers.preference import MARLHFIterConfig
 
+    check_one_process(stage)
     defaults = {"reward_model_name": config["model"]["name"]}
     return oracle_trainer_config(MARLHFIterConfig, stage, config, stage_dir, progress, defaults, num_agents)
 
@@ -28,4 +30,5 @@ def run_marlhf(context: StageContext) -> dict[str, float]:
     """Iterative MARLHF over the run's policy; returns the pairs built / skipped and the last ``iter/*``."""
     from comlrl.trainers.preference import MARLHFIterTrainer
 
+    check_one_process(context.stage)  # settings built outside the pipeline skip the check
     return run_oracle_trainer(context, MARLHFIterTrainer, context.settings_or(marlhf_settings))

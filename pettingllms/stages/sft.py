@@ -4,6 +4,10 @@ prompts its roles saw and the oracle's answers (:func:`pettingllms.trainer.sft.s
 The oracle plays each of ``sft.workflows`` (default: the run's own workflow) on every seed, so one shared
 (L0 / L1) model can also learn roles the run does not play, e.g. ``[[single], [tool, plan]]``: the single
 agent's and the team's. Roles are learnt in the order they first appear there.
+
+Data-parallel runs (``accelerate launch`` / ``torchrun``): every rank builds the same demonstrations (the
+oracle is deterministic) and :func:`~pettingllms.trainer.sft.sft_warm_start` trains each rank on its shard of
+every batch; rank 0 alone logs and shows progress.
 """
 
 from __future__ import annotations
@@ -121,10 +125,13 @@ def sft_stage(
 
 def run_sft(context: StageContext) -> dict[str, float]:
     """The warm start (:func:`sft_stage`); per-step losses in the stage's metrics."""
+    from pettingllms.trainer import distributed as dist
+
     logger = context.metrics_logger()
     try:
         return sft_stage(
-            context.policy, context.config, logger=logger, progress=context.progress, env_worker=context.env_worker,
+            context.policy, context.config, logger=logger, progress=context.progress and dist.is_main_process(),
+            env_worker=context.env_worker,
             settings=context.settings_or(sft_settings),
         )
     finally:

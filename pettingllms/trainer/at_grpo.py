@@ -45,8 +45,8 @@ optimizer steps, so a step equals the one-process step over the same global rows
 the gathered samples (what one process logs, except ``generate_calls``: the sum of the ranks' calls); rank 0
 alone writes ``metrics.jsonl``, transcripts, checkpoints and ``save_model`` (every rank calls them); a
 checkpoint records ``world_size`` and resuming it on another world size is an error. ``problems_per_step``
-must be at least the world size. FSDP, for models that do not fit one device, goes through accelerate's
-config and is not tested on this machine.
+must be at least the world size. Every rank holds a whole copy of each policy: FSDP sharding, for models
+that do not fit one device, is not built (docs/scaling.md).
 
 Output folder, metrics logger, checkpoints (the layout of :mod:`comlrl.checkpoint`), resume lookup,
 ``save_model`` and the progress bar come from :class:`comlrl.trainers.core.trainer_core.TrainerCore`, as for

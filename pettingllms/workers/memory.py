@@ -17,7 +17,8 @@ preset or checkpoint folder; nothing is loaded):
 - rollout rows ``R`` = ``problems_per_step x num_generations`` per decision point (split over the policy's
   rollout devices), at most ``65536 / (P + C)`` per ``generate`` call (the HF backend's token budget);
 - update micro-batch ``B`` = ``per_device_train_batch_size`` (from the first of ``at_grpo`` / ``grpo`` in
-  ``pipeline``).
+  ``pipeline``), or the rows a step samples for the policy when fewer (``problems_per_step x K x max_turns
+  x`` the policy's roles, split over its update devices).
 
 Terms (bytes):
 
@@ -332,10 +333,17 @@ def _policy_sizes(config, shape: ModelShape, b: int) -> dict[str, Any]:
     }
 
 
-def _update_terms(config, shape: ModelShape, b: int, prompt: int) -> dict[str, int]:
+def _update_rows(config, roles: int, ranks: int) -> int:
+    """Rows in one update micro-batch of one rank: ``per_device_train_batch_size``, or fewer when a step
+    samples fewer for the policy (``problems_per_step x K x max_turns x`` its roles, over its ranks)."""
     stage = config[_rl_stage(config)]
-    rows, completion = stage["per_device_train_batch_size"], config["rollout"]["max_completion_length"]
-    k = config["rollout"]["num_generations"]
+    sampled = stage["problems_per_step"] * config["rollout"]["num_generations"] * config["env"]["max_turns"] * roles
+    return max(1, min(stage["per_device_train_batch_size"], math.ceil(sampled / ranks)))
+
+
+def _update_terms(config, shape: ModelShape, b: int, prompt: int, rows: int) -> dict[str, int]:
+    stage = config[_rl_stage(config)]
+    completion, k = config["rollout"]["max_completion_length"], config["rollout"]["num_generations"]
     per_token = shape.num_layers * (10 * shape.hidden_size + 4 * shape.intermediate_size + 4 * shape.kv_dim) * b
     if stage["share_prompts"]:
         tokens = math.ceil(rows / k) * prompt + rows * completion
@@ -343,6 +351,15 @@ def _update_terms(config, shape: ModelShape, b: int, prompt: int) -> dict[str, i
     else:
         tokens, gathered = rows * (prompt + completion), 0
     return {"activations": tokens * per_token + gathered, "logits": 4 * rows * (completion + 1) * shape.vocab_size * 4}
+
+
+def _roles_per_policy(config) -> dict[str, int]:
+    from pettingllms.execution.policies import PolicyConfig, agent_policy_map, level_turn_order
+
+    level = config["policy"]["level"]
+    roles = level_turn_order(level, config["env"]["turn_order"])
+    mapping = agent_policy_map(PolicyConfig(policy_level=level, agent_policies=dict(config["policy"]["agents"]) or None), roles)
+    return {name: list(mapping.values()).count(name) for name in dict.fromkeys(mapping.values())}
 
 
 def _rollout_terms(config, shape: ModelShape, b: int, prompt: int, replicas: int) -> dict[str, int]:
@@ -381,8 +398,7 @@ def plan_run(
 
         prompt_tokens = measure_prompt_tokens(config, load_tokenizer(path))
     per_policy = _policy_sizes(config, shape, b)
-    update = _update_terms(config, shape, b, prompt_tokens)
-    names = policy_names(config)
+    names, roles = policy_names(config), _roles_per_policy(config)
     kind = "gpu" if str(model["device"]).startswith("cuda") else "cpu"
     cap = (capacity or {}).get(kind) if capacity is not None else device_capacity(kind, model["device"])
     sizes = {
@@ -398,6 +414,8 @@ def plan_run(
             model_terms["weights"] = shape.num_parameters * b + len(names) * (per_policy["weights"] - shape.num_parameters * b)
             model_terms["optimizer"] = per_policy["optimizer"] * len(names)
         rollout = _rollout_terms(config, shape, b, prompt_tokens, 1)
+        # Policies update one after another: the one with the most rows per micro-batch sets the peak.
+        update = _update_terms(config, shape, b, prompt_tokens, max(_update_rows(config, roles[n], 1) for n in names))
         training = {"gradients": per_policy["gradients"], **update}
         # Rollout and update take turns in one process: the resident terms plus the larger phase.
         total = sum(model_terms.values()) + max(sum(rollout.values()), sum(training.values()))
@@ -414,6 +432,7 @@ def plan_run(
         for name, p in placement.policies.items():
             where = placement.worker_bundles(name)
             rollout = _rollout_terms(config, shape, b, prompt_tokens, p.rollout_devices)
+            update = _update_terms(config, shape, b, prompt_tokens, _update_rows(config, roles[name], p.update_devices))
             for rank, index in enumerate(where["rollout"]):
                 entry = held.setdefault(index, ([], []))
                 entry[0].append(f"{name} rollout {rank + 1}/{p.rollout_devices}")

@@ -27,6 +27,9 @@ __all__ = ["RaySystem", "require_ray"]
 
 logger = logging.getLogger("pettingllms.workers")
 
+# Seconds to wait for the cluster to reserve a placement that fits its total resources (others may hold some).
+PLACEMENT_TIMEOUT_S = 120
+
 
 def require_ray():
     """The ``ray`` module, or an ImportError saying how to install it."""
@@ -69,7 +72,7 @@ class RaySystem:
         torch_threads: int | None = None,
     ) -> None:
         from comlrl.rollout.hf import eos_token_ids, pad_token_id
-        from pettingllms.execution import EngineConfig, build_router
+        from pettingllms.execution import EngineConfig
         from pettingllms.execution.router import Router
         from pettingllms.workers.engine import WorkerEngine
         from pettingllms.workers.env_worker import EnvWorker
@@ -90,7 +93,6 @@ class RaySystem:
             threads = int(torch_threads or torch.get_num_threads())
             policy_ref = ray.put(policy)
             device = "cuda" if placement.device_kind == "gpu" else None
-            router = build_router(policy)
             self.rollout_actors: dict[str, list[Any]] = {}
             self.update_actors: dict[str, list[Any]] = {}
             self.updaters: dict[str, RemoteUpdater] = {}
@@ -112,7 +114,7 @@ class RaySystem:
                     name, policy, self.update_actors[name], self.rollout_actors[name],
                     pad_token_id(handle.tokenizer, eos_token_ids(handle.model, handle.tokenizer)),
                 )
-            agent_to_policy = dict(router.agent_to_policy)
+            agent_to_policy = {agent: policy.policy_name(agent) for agent in policy.agents}
             engine_settings = dict(trainer_config.engine_kwargs())
             self.env_actors = [
                 self._start(
@@ -138,7 +140,13 @@ class RaySystem:
 
         self.placement = placement
         self.placement_group = placement_group(placement.bundles(), strategy="PACK")
-        self.ray.get(self.placement_group.ready(), timeout=120)
+        try:
+            self.ray.get(self.placement_group.ready(), timeout=PLACEMENT_TIMEOUT_S)
+        except self.ray.exceptions.GetTimeoutError:
+            raise RuntimeError(
+                f"the cluster did not reserve the placement ({placement.describe()}) within {PLACEMENT_TIMEOUT_S} s: "
+                f"it has {self.ray.available_resources()} free (other jobs may hold the rest)"
+            ) from None
 
     def _start(self, cls: type, bundle: int, resources: dict[str, float], *args: Any, restarts: int = 0, **kwargs: Any):
         """An actor of ``cls`` on placement bundle ``bundle``, asking ``resources`` of it."""
