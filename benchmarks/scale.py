@@ -1,7 +1,7 @@
 """Steps per second of the quickstart-sized AT-GRPO run: one process against Ray with 1 and 2 EnvWorkers.
 
 The run is the README's main job (``plan_path/quickstart``: L1, the ``small`` preset, Plan-Path 4x4, 4
-problems x K=4 candidates per decision, 5 turns) without its warm start; each backend trains the same
+problems x K=4 candidates per decision, 3 turns) without its warm start; each backend trains the same
 fresh policy for ``--steps`` AT-GRPO steps with the same seed (the Ray runs sample the same tokens). The first
 step (warm-up: worker start, first weight sync) is left out; the table gives the median over the other steps:
 

@@ -371,18 +371,20 @@ class ATGRPOTrainer(TrainerCore):
         metrics.update(rollout_metrics(view.samples) if view.samples else dict.fromkeys(NO_SAMPLE_METRICS, math.nan))
         metrics["num_samples"] = float(len(view.samples))
         update_start = time.perf_counter()
+        learning_rates = {name: updater.learning_rate() for name, updater in self.updaters.items()}
+        for name in view.trained:  # this rank may hold no rows of a policy: it still joins the optimizer steps
+            rows = tensors.get(name)
+            if rows is not None:
+                rows.advantages = torch.tensor([by_sample[id(s)] for s in rows.samples], dtype=torch.float32)
+            if hasattr(self.updaters[name], "submit"):  # remote updaters: every policy's update runs at once
+                self.updaters[name].submit(rows, step)
         for name in self.policy.policies:
-            updater = self.updaters[name]
-            learning_rate = updater.learning_rate()
-            if name in view.trained:  # this rank may hold no rows of it: it still joins the optimizer steps
-                rows = tensors.get(name)
-                if rows is not None:
-                    rows.advantages = torch.tensor([by_sample[id(s)] for s in rows.samples], dtype=torch.float32)
-                metrics.update(self._update_policy(name, rows, step))
+            if name in view.trained:
+                metrics.update(self._update_policy(name, tensors.get(name), step))
             elif name in view.sampled_policies:  # every group of this policy had a non-finite reward
                 self.nonfinite.empty_step(f"step {step}", key=name)
-            metrics[f"policy/{name}/learning_rate"] = learning_rate
-            updater.scheduler_step()
+            metrics[f"policy/{name}/learning_rate"] = learning_rates[name]
+            self.updaters[name].scheduler_step()
         update_s = time.perf_counter() - update_start
         self.data_cursor = cursor
         self.global_step = step

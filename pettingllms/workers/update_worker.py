@@ -170,17 +170,30 @@ class RemoteUpdater:
         # Totals for benchmarks: weight bytes sent to RolloutWorkers, seconds the workers spent computing updates.
         self.sync_bytes = 0
         self.compute_seconds = 0.0
+        self._pending: tuple[int, list[Any]] | None = None  # (step, the workers' futures) of a submitted update
 
     def learning_rate(self) -> float:
         import ray
 
         return ray.get(self.actor.learning_rate.remote())
 
+    def submit(self, tensors: Any, step: int) -> None:
+        """Start step ``step``'s update on the workers and return at once; the next :meth:`update` of that
+        step collects it. The trainer submits every policy's update before it collects the first, so the
+        policies' UpdateWorkers (on their own devices) compute at the same time."""
+        shards = [tensors] if len(self.actors) == 1 else shard_rows(tensors, len(self.actors), self.pad_token_id)
+        self._pending = (step, [actor.update.remote(shard, step) for actor, shard in zip(self.actors, shards)])
+
     def update(self, tensors: Any, step: int) -> Any:
+        """Step ``step``'s update (the one :meth:`submit` started, else started now): the result; the new
+        weights are installed in the driver's policy and pushed to the RolloutWorkers."""
         import ray
 
-        shards = [tensors] if len(self.actors) == 1 else shard_rows(tensors, len(self.actors), self.pad_token_id)
-        outputs = ray.get([actor.update.remote(shard, step) for actor, shard in zip(self.actors, shards)])
+        if self._pending is None or self._pending[0] != step:
+            self.submit(tensors, step)
+        _, futures = self._pending
+        self._pending = None
+        outputs = ray.get(futures)
         result, weights, version, _ = outputs[0]
         self.compute_seconds += max(output[3] for output in outputs)
         install_weights(self.policy, self.name, weights, version)

@@ -118,3 +118,41 @@ def test_a_trainer_given_updaters_uses_them_and_their_optimizers_are_checkpointe
     assert all(given[n].optimizer.state for n in given)  # the given optimizers stepped
     with pytest.raises(ValueError, match=r"`updaters` lacks policies \['tool'\]; it must hold one per policy"):
         ATGRPOTrainer(policies.config, policy=policies.policy, engine=policies.engine, updaters={"plan": given["plan"]})
+
+
+class SubmittingUpdater(PolicyUpdater):
+    """An updater with the remote updaters' ``submit``: the trainer starts it early, collects it in
+    ``update``; ``log`` (shared by the policies) records the order of the calls."""
+
+    def __init__(self, *args, log, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.log, self.submitted = log, None
+
+    def submit(self, tensors, step):
+        self.log.append(("submit", self.name, step))
+        self.submitted = (tensors, step)
+
+    def update(self, tensors, step):
+        self.log.append(("update", self.name, step))
+        assert self.submitted is not None and self.submitted[0] is tensors and self.submitted[1] == step
+        return super().update(tensors, step)
+
+
+def test_updaters_that_submit_get_every_policy_s_rows_before_the_first_update_is_collected(tmp_path, tiny_model_path):
+    """The Ray path's concurrency seam: every policy's update is started before any is waited for (so
+    UpdateWorkers on their own devices compute at the same time), and the result is the serial one's."""
+    serial = make_trainer(tmp_path, tiny_model_path, "L3", name="serial", max_steps=2)
+    serial.train()
+    policies = make_trainer(tmp_path, tiny_model_path, "L3", cls=ATGRPOTrainer, name="policies", max_steps=2)
+    log = []
+    given = {name: SubmittingUpdater(policies.config, policies.policy, name, log=log) for name in policies.policy.policies}
+    trainer = BonusTrainer(policies.config, policy=policies.policy, engine=policies.engine, updaters=given)
+    trainer.train()
+    for step in (1, 2):
+        calls = [call for call in log if call[2] == step]
+        assert sorted(calls[:2]) == [("submit", "plan", step), ("submit", "tool", step)]
+        assert calls[2:] == [("update", "tool", step), ("update", "plan", step)]  # collected in policy order
+    mine, theirs = snapshot(trainer), snapshot(serial)
+    assert mine.keys() == theirs.keys()
+    for name, values in theirs.items():
+        assert all(torch.equal(a, b) for a, b in zip(mine[name], values)), name
