@@ -15,7 +15,7 @@ once (:func:`shared_prompt_completion_logits`). Both run their padded forward th
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 import torch
 
@@ -206,16 +206,25 @@ def completion_logprobs(
     return logprobs.masked_fill(~mask, 0.0), mask
 
 
-def distinct_rows(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def distinct_rows(
+    ids: torch.Tensor, mask: torch.Tensor, row_keys: Sequence[Hashable] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The distinct rows of a padded ``[B, L]`` id tensor (positions with ``mask == 0`` ignored).
 
     Returns ``(first, inverse)``: the index of each distinct row's first occurrence, in order of first
     occurrence, and for every row the position of its distinct row in ``first``
-    (``ids[first][inverse]`` equals ``ids`` on the masked positions).
+    (``ids[first][inverse]`` equals ``ids`` on the masked positions). ``row_keys`` (one hashable per row,
+    optional) must match too for two rows to be one, e.g. the adapter each row runs through.
     """
     if ids.shape != mask.shape or ids.dim() != 2:
         raise ValueError(f"`ids` and `mask` must be [B, L] of one shape, got {tuple(ids.shape)}, {tuple(mask.shape)}")
     keyed = ids.masked_fill(mask == 0, -1)
+    if row_keys is not None:
+        if len(row_keys) != len(ids):
+            raise ValueError(f"`row_keys` must hold one key per row: {len(row_keys)} keys for {len(ids)} rows")
+        codes: dict[Hashable, int] = {}
+        column = torch.tensor([codes.setdefault(key, len(codes)) for key in row_keys], dtype=keyed.dtype)
+        keyed = torch.cat([column.to(ids.device).unsqueeze(1), keyed], dim=1)
     _, inverse = torch.unique(keyed, dim=0, return_inverse=True)
     rows = torch.arange(len(ids), device=ids.device)
     first = torch.full((int(inverse.max()) + 1 if len(ids) else 0,), len(ids), dtype=torch.long, device=ids.device)
@@ -233,23 +242,29 @@ def cache_keyword(model) -> str:
     return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
-def encode_shared_prompts(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor):
+def encode_shared_prompts(
+    model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, adapter_names: Sequence[str] | None = None
+):
     """One forward over the distinct rows of a left-padded prompt batch ``[B, P]``, its KV cache gathered
     back to all ``B`` rows.
 
     Returns ``(last_logits, cache)``: the logits after each row's last prompt token ``[B, 1, V]`` and a
     cache of ``B`` rows to continue from (a forward with ``position_ids`` from each row's prompt length,
     or ``generate`` on the full prompt). The gather is differentiable, so gradients of every row reach
-    the shared pass.
+    the shared pass. ``adapter_names`` (peft mixed-batch inference, one adapter name per row) runs each
+    row through its own adapter; rows then share a pass only when prompt and adapter both match, since
+    the keys and values differ per adapter.
     """
-    first, inverse = distinct_rows(prompt_ids, prompt_mask)
+    first, inverse = distinct_rows(prompt_ids, prompt_mask, adapter_names)
     shared_mask = prompt_mask[first]
+    extra = {} if adapter_names is None else {"adapter_names": [adapter_names[i] for i in first.tolist()]}
     out = model(
         input_ids=prompt_ids[first],
         attention_mask=shared_mask,
         position_ids=(shared_mask.cumsum(dim=1) - 1).clamp(min=0),
         use_cache=True,
         logits_to_keep=1,
+        **extra,
     )
     cache = out.get("cache") if out.get("cache") is not None else out.get("past_key_values")
     cache.batch_select_indices(inverse)

@@ -1,12 +1,27 @@
 """The default generation backend: batched ``model.generate`` on in-process HF models (CPU or GPU).
 
-:class:`HFBackend` serves many requests per call. Rows (request x candidate) are grouped by policy and
-by the parameters one ``generate`` call must share (``max_new_tokens`` and stop strings; temperature,
-top-k and top-p are per row), sorted by prompt length, cut into micro-batches whose padded size
-``rows * (longest prompt + max_new_tokens)`` stays within ``token_budget``, left-padded, and decoded with
-one ``generate`` call each; rows that share a prompt (the ``n`` candidates of a request) prefill it once
-(``share_prompts``). Sampling happens in :class:`~comlrl.rollout.sampling.SeededSampler`, so a
-completion depends only on its prompt, its row seed and the policy weights, never on its batch.
+:class:`HFBackend` serves many requests per call. Rows (request x candidate) are grouped by the model
+object they run on and its tokenizer, and by the parameters one ``generate`` call must share
+(``max_new_tokens`` and stop strings; temperature, top-k and top-p are per row), not by policy: the
+policies of a LoRA arrangement (one peft model, one adapter per policy) run on one set of weights, so
+their rows can share ``generate`` calls. Each group is sorted by prompt length, cut into micro-batches
+whose padded size ``rows * (longest prompt + max_new_tokens)`` stays within ``token_budget``,
+left-padded, and decoded with one ``generate`` call each; rows that share a prompt (the ``n`` candidates
+of a request) prefill it once (``share_prompts``). Sampling happens in
+:class:`~comlrl.rollout.sampling.SeededSampler`, so a completion depends only on its prompt, its row
+seed and the policy weights, never on its batch.
+
+Adapters: a group whose rows all use one adapter (or a plain model) activates it with ``set_adapter``
+for the whole group, exactly as a per-policy call would. A group mixing several adapters of one peft
+LoRA model runs them in the same micro-batches with peft's mixed-batch inference (``adapter_names``, one
+name per row), so the agents of an L2 policy cost one ``generate`` call per micro-batch, not one per
+agent; a row of a handle with ``adapter=None`` runs through the model's active adapter, as it would on
+its own. The shared-prompt prefill then shares a prompt only between rows of the same adapter (the KV
+cache differs per adapter). Where peft cannot mix the adapters (not a peft LoRA model, merged or
+disabled adapters, LoRA variants such as DoRA, several active adapters, layer types without mixed-batch
+support; see :func:`mixed_adapter_problem`), ``mixed_adapters="auto"`` (the default) falls back to one
+pass per adapter, as before; ``"require"`` raises instead, naming the problem; ``"off"`` never mixes.
+Completions are stamped per row with their request's policy name and that handle's ``version``.
 
 Stop strings: HF's ``stop_strings`` criterion ends a row early; the completion is then cut after the
 first token whose decoded prefix contains a stop string. ``token_ids`` are always a prefix of what the
@@ -33,6 +48,8 @@ from comlrl.seeding import derive_seed
 
 # Default padded-token budget of one generate call (rows * (longest prompt + max_new_tokens)).
 DEFAULT_TOKEN_BUDGET = 65_536
+# How a group of rows on one peft model that use several adapters is served (see the module docstring).
+MIXED_ADAPTER_MODES = ("auto", "require", "off")
 
 
 @dataclass
@@ -55,6 +72,8 @@ class _Row:
     prompt_ids: list[int]
     seed: int
     params: SamplingParams
+    policy: str = "default"
+    adapter: str | None = None  # the handle's adapter (None: the model as is)
 
 
 def _as_handle(name: str, policy: Any) -> Any:
@@ -136,6 +155,64 @@ def stop_string_cut(token_ids: Sequence[int], tokenizer, stops: Sequence[str]) -
     return low
 
 
+def mixed_adapter_problem(model, adapters: Sequence[str | None]) -> str | None:
+    """Why rows of ``adapters`` cannot share one ``model.generate`` call through peft's mixed-batch
+    inference (``adapter_names``), or None when they can. ``None`` in ``adapters`` stands for the model's
+    active adapter (a handle that runs the model as is).
+
+    peft mixes adapters per row only for LoRA (a ``PeftModel`` over a ``LoraModel``), with no adapter
+    merged into the weights, adapters enabled, one active adapter (what ``adapter=None`` rows run), plain
+    LoRA adapters (no variants such as DoRA) and layer types that implement mixed batches.
+    """
+    try:
+        from peft import PeftModel
+        from peft.tuners.lora import LoraLayer, LoraModel
+        from peft.tuners.lora import layer as lora_layers
+    except ImportError:  # pragma: no cover - peft is a dependency
+        return "peft is not installed"
+    if not isinstance(model, PeftModel):
+        return f"the model is a {type(model).__name__}, not a peft PeftModel"
+    if not isinstance(model.base_model, LoraModel):
+        tuner = type(model.base_model).__name__
+        return f"its peft tuner is {tuner}; peft mixes adapters in one batch for LoRA only"
+    if getattr(model, "_adapters_disabled", False):
+        return "its adapters are disabled (inside peft's `disable_adapter()`)"
+    active = model.active_adapter
+    if not isinstance(active, str):
+        return f"several adapters are active at once ({list(active)}): one batch row runs one adapter"
+    names = {active if name is None else name for name in adapters}
+    known = set(getattr(model, "peft_config", {}))
+    unknown = sorted(names - known)
+    if unknown:
+        return f"it has no adapter(s) {unknown} (adapters: {sorted(known)})"
+    mixable = tuple(
+        cls for cls in (getattr(lora_layers, n, None) for n in ("Linear", "Embedding", "_ConvNd")) if cls
+    )
+    for module_name, module in model.named_modules():
+        if not isinstance(module, LoraLayer):
+            continue
+        if module.merged:
+            return (
+                f"adapter(s) {list(module.merged_adapters)} are merged into its weights "
+                f"(layer {module_name}); call `unmerge_adapter()` first"
+            )
+        if module.disable_adapters:
+            return f"its adapters are disabled (layer {module_name})"
+        # Every LoRA layer gets the per-row names, whether it holds those adapters or not.
+        if not isinstance(module, mixable) and "_mixed_batch_forward" not in vars(type(module)):
+            kind = type(module).__name__
+            return f"its LoRA layer {module_name} ({kind}) does not support mixed adapter batches"
+        held = names & (set(module.lora_A) | set(getattr(module, "lora_embedding_A", {})))
+        variants = sorted(held & set(getattr(module, "lora_variant", {})))
+        if variants:
+            kinds = sorted({type(module.lora_variant[n]).__name__ for n in variants})
+            return (
+                f"adapter(s) {variants} are LoRA variants ({', '.join(kinds)}, e.g. DoRA): "
+                "peft mixes plain LoRA adapters only"
+            )
+    return None
+
+
 @contextlib.contextmanager
 def _serving(model, adapter: str | None) -> Iterator[None]:
     """Eval mode, the policy's adapter active, and a neutral model generation config; all restored after.
@@ -183,8 +260,12 @@ class HFBackend:
     ``.adapter``, ``.version``), such as :class:`PolicyHandle`, or to a ``(model, tokenizer)`` tuple; an
     object with a ``.handles`` mapping (the multi-agent policy) is taken as that mapping. Each policy runs
     on its model's device and dtype. ``share_prompts`` prefills a prompt that several rows of one
-    ``generate`` call share once and gives each row a copy of its cache (same tokens up to float
-    rounding; off: HF prefills every row).
+    ``generate`` call share (same tokens, same adapter) once and gives each row a copy of its cache (same
+    tokens up to float rounding; off: HF prefills every row). ``mixed_adapters`` says how rows of several
+    adapters of one peft model are served: ``"auto"`` in shared ``generate`` calls through peft's
+    ``adapter_names`` where the model allows it (:func:`mixed_adapter_problem`) and one pass per adapter
+    otherwise, ``"require"`` raises a ``ValueError`` naming the problem instead of falling back, ``"off"``
+    always makes one pass per adapter.
     """
 
     def __init__(
@@ -193,6 +274,7 @@ class HFBackend:
         token_budget: int = DEFAULT_TOKEN_BUDGET,
         max_batch_size: int | None = None,
         share_prompts: bool = True,
+        mixed_adapters: str = "auto",
     ) -> None:
         if not isinstance(policies, Mapping) and hasattr(policies, "handles"):
             policies = policies.handles
@@ -202,10 +284,15 @@ class HFBackend:
             raise ValueError(f"`token_budget` must be >= 1, got {token_budget}")
         if max_batch_size is not None and max_batch_size < 1:
             raise ValueError(f"`max_batch_size` must be >= 1 or None, got {max_batch_size}")
+        if mixed_adapters not in MIXED_ADAPTER_MODES:
+            raise ValueError(
+                f"`mixed_adapters` must be one of {MIXED_ADAPTER_MODES}, got {mixed_adapters!r}"
+            )
         self.policies = {name: _as_handle(name, policy) for name, policy in policies.items()}
         self.token_budget = token_budget
         self.max_batch_size = max_batch_size
         self.share_prompts = share_prompts
+        self.mixed_adapters = mixed_adapters
         self.generate_calls = 0  # number of model.generate calls so far (for tests and benchmarks)
 
     @classmethod
@@ -228,38 +315,84 @@ class HFBackend:
         """``n`` completions per request, in request order and candidate order."""
         params = params or SamplingParams()
         groups: dict[tuple, list[_Row]] = {}
+        served: dict[tuple, tuple[Any, Any]] = {}
         for index, request in enumerate(requests):
             row_params = request.params or params
             handle = self.policy(request.policy)
             vocab = getattr(getattr(handle.model, "config", None), "vocab_size", None)
             prompt_ids = render_prompt(request.prompt, handle.tokenizer, vocab_size=vocab)
             seed = request_seed(request, row_params.seed, prompt_ids)
-            key = (request.policy, row_params.max_new_tokens, row_params.stop)
+            key = (id(handle.model), id(handle.tokenizer), row_params.max_new_tokens, row_params.stop)
+            served[key] = (handle.model, handle.tokenizer)
+            adapter = getattr(handle, "adapter", None)
             for candidate in range(row_params.n):
-                row = _Row(index, candidate, prompt_ids, derive_seed(seed, candidate), row_params)
+                row_seed = derive_seed(seed, candidate)
+                row = _Row(index, candidate, prompt_ids, row_seed, row_params, request.policy, adapter)
                 groups.setdefault(key, []).append(row)
 
         results: list[list[Completion | None]] = [
             [None] * (request.params or params).n for request in requests
         ]
-        for (policy, max_new_tokens, stops), rows in groups.items():
-            handle = self.policy(policy)
-            version = int(getattr(handle, "version", 0))
-            rows.sort(key=lambda row: len(row.prompt_ids))
-            lengths = [len(row.prompt_ids) for row in rows]
-            with _serving(handle.model, getattr(handle, "adapter", None)), torch.inference_mode():
-                for start, stop in micro_batches(lengths, max_new_tokens, self.token_budget, self.max_batch_size):
-                    batch = rows[start:stop]
-                    for row, completion in zip(batch, self._generate_batch(handle, batch, max_new_tokens, stops)):
-                        completion.policy = policy
-                        completion.policy_version = version
-                        results[row.request][row.candidate] = completion
+        for key, rows in groups.items():
+            model, tokenizer = served[key]
+            _, _, max_new_tokens, stops = key
+            # Read now, at generate time: the policy layer bumps versions between calls.
+            versions = {r.policy: int(getattr(self.policy(r.policy), "version", 0)) for r in rows}
+            for adapter, part, names in self._passes(model, rows):
+                # Sorted by prompt length (stably, so a one-adapter group keeps the per-policy order).
+                order = sorted(range(len(part)), key=lambda i: len(part[i].prompt_ids))
+                part = [part[i] for i in order]
+                names = None if names is None else [names[i] for i in order]
+                lengths = [len(row.prompt_ids) for row in part]
+                with _serving(model, adapter), torch.inference_mode():
+                    cuts = micro_batches(lengths, max_new_tokens, self.token_budget, self.max_batch_size)
+                    for start, stop in cuts:
+                        batch = part[start:stop]
+                        batch_names = None if names is None else names[start:stop]
+                        completions = self._generate_batch(
+                            model, tokenizer, batch, max_new_tokens, stops, adapter_names=batch_names
+                        )
+                        for row, completion in zip(batch, completions):
+                            completion.policy = row.policy
+                            completion.policy_version = versions[row.policy]
+                            results[row.request][row.candidate] = completion
         return results  # type: ignore[return-value]
 
+    def _passes(self, model, rows: list[_Row]) -> list[tuple[str | None, list[_Row], list[str] | None]]:
+        """How one group's rows are served: ``(adapter to activate, rows, per-row adapter_names or None)``.
+
+        One adapter (or a plain model): one pass with that adapter active, as a per-policy call made it.
+        Several adapters: one pass with ``adapter_names`` where peft can mix them, else (``"auto"``,
+        ``"off"``) one pass per adapter in order of first appearance; ``"require"`` raises.
+        """
+        adapters = list(dict.fromkeys(row.adapter for row in rows))
+        if len(adapters) == 1:
+            return [(adapters[0], rows, None)]
+        if self.mixed_adapters != "off":
+            problem = mixed_adapter_problem(model, adapters)
+            if problem is None:
+                active = model.active_adapter
+                names = [active if row.adapter is None else row.adapter for row in rows]
+                if len(set(names)) == 1:  # e.g. adapter=None next to the active adapter's own name
+                    return [(names[0], rows, None)]
+                return [(None, rows, names)]
+            if self.mixed_adapters == "require":
+                policies = sorted({row.policy for row in rows})
+                raise ValueError(
+                    f"policies {policies} run adapters {adapters} of one model, which cannot serve them in "
+                    f"one generate call: {problem}. Pass mixed_adapters='auto' to make one pass per adapter"
+                )
+        return [(adapter, [row for row in rows if row.adapter == adapter], None) for adapter in adapters]
+
     def _generate_batch(
-        self, handle, rows: list[_Row], max_new_tokens: int, stops: tuple[str, ...]
+        self,
+        model,
+        tokenizer,
+        rows: list[_Row],
+        max_new_tokens: int,
+        stops: tuple[str, ...],
+        adapter_names: list[str] | None = None,
     ) -> list[Completion]:
-        model, tokenizer = handle.model, handle.tokenizer
         device = model_device(model)
         eos_ids = eos_token_ids(model, tokenizer)
         pad_id = pad_token_id(tokenizer, eos_ids)
@@ -284,12 +417,20 @@ class HFBackend:
             eos_token_id=eos_ids,
             stop_strings=list(stops) or None,
         )
-        extra = {"tokenizer": tokenizer} if stops else {}
-        if self.share_prompts and width > 1 and len({tuple(row.prompt_ids) for row in rows}) < len(rows):
+        extra: dict[str, Any] = {"tokenizer": tokenizer} if stops else {}
+        if adapter_names is not None:
+            extra["adapter_names"] = list(adapter_names)
+        # Rows share a prefill only with the same prompt through the same adapter.
+        prompts = [tuple(row.prompt_ids) for row in rows]
+        keys = prompts if adapter_names is None else list(zip(prompts, adapter_names))
+        if self.share_prompts and width > 1 and len(set(keys)) < len(rows):
             # Candidates of one request share their prompt: prefill each distinct prompt once (all but
             # its last token, which generate feeds itself) and let every row continue from that cache.
             _, cache = encode_shared_prompts(
-                model, input_ids[:, :-1].to(device), attention_mask[:, :-1].to(device)
+                model,
+                input_ids[:, :-1].to(device),
+                attention_mask[:, :-1].to(device),
+                adapter_names=adapter_names,
             )
             extra[cache_keyword(model)] = cache
         output = model.generate(
