@@ -204,6 +204,14 @@ def check_pipeline(config: Mapping[str, Any]) -> dict[str, Any]:
             f"`run.backend` is 'ray' but this run has world size {size} (accelerate launch / torchrun): the Ray "
             "backend places its own workers; start it in one process, or use run.backend=local under the launcher"
         )
+    from pettingllms.execution.generation import check_pipeline_generation
+
+    check_pipeline_generation(config)  # rollout.backend=api trains nothing
+    if size > 1 and config["rollout"].get("backend", "hf") == "vllm":
+        raise ConfigError(
+            f"`rollout.backend` is 'vllm' but this run has world size {size} (accelerate launch / torchrun): one "
+            "engine per rank is not built yet; use run.backend=ray (a RolloutWorker per device) or rollout.backend=hf"
+        )
     run_dir, progress = Path(config["run"]["output_dir"]), bool(config["run"]["progress"])
     return {folder: STAGE_SETTINGS[stage](stage, config, run_dir / folder, progress) for stage, folder in plan_stages(config)}
 
@@ -425,37 +433,42 @@ class Pipeline:
         total = len(self.plan)
         ranks = f" (data-parallel over {size} processes)" if size > 1 else ""
         self.say(f"pipeline {self.run_dir}: {' -> '.join(folder for _, folder in self.plan)}{ranks}")
-        for index, (stage, folder) in enumerate(self.plan, start=1):
-            if index <= len(completed):
-                self.say(f"[{index}/{total}] {folder}: done (resumed run)")
-                continue
-            self.say(f"[{index}/{total}] {folder} ...")
-            if self.config["run"].get("backend") == "ray" and stage not in RAY_STAGES:
-                self.say(f"[{index}/{total}] {folder}: stage `{stage}` has no Ray version; it runs in the driver process")
-            context = StageContext(
-                stage, folder, self.config, policy, self.run_dir, worker, resume=self.resume,
-                progress=self.progress and main, settings=self.settings[folder],
-            )
-            if main:
-                context.stage_dir.mkdir(parents=True, exist_ok=True)
-            started = time.perf_counter()
-            # Each stage starts from its own seed, so a stage rerun by a resume starts as it did the first time.
-            seed_everything(derive_seed(seed, "stage", folder))
-            metrics = {k: float(v) for k, v in STAGE_RUNNERS[stage](context).items()}
-            entry: dict[str, Any] = {
-                "stage": stage, "folder": folder, "metrics": metrics, "seconds": time.perf_counter() - started,
-            }
-            if stage in TRAINING_STAGES:
+        generation = self._generation_backend(policy)
+        try:
+            for index, (stage, folder) in enumerate(self.plan, start=1):
+                if index <= len(completed):
+                    self.say(f"[{index}/{total}] {folder}: done (resumed run)")
+                    continue
+                self.say(f"[{index}/{total}] {folder} ...")
+                if self.config["run"].get("backend") == "ray" and stage not in RAY_STAGES:
+                    self.say(f"[{index}/{total}] {folder}: stage `{stage}` has no Ray version; it runs in the driver process")
+                context = StageContext(
+                    stage, folder, self.config, policy, self.run_dir, worker, resume=self.resume,
+                    progress=self.progress and main, settings=self.settings[folder], generation=generation,
+                )
                 if main:
-                    policy.save(context.stage_dir / POLICIES_DIR)
-                entry["policies"] = f"{folder}/{POLICIES_DIR}"
-            run_logger.log({f"{folder}/{k}": v for k, v in metrics.items()}, step=index)
-            completed.append(entry)
-            if main:
-                self._write_state(completed)
-            dist.barrier()  # the next stage may read this one's policies and the state (eval.json names them)
-            result.stages[folder] = metrics
-            self.say(f"[{index}/{total}] {folder}: {_describe(stage, metrics, self.config)}")
+                    context.stage_dir.mkdir(parents=True, exist_ok=True)
+                started = time.perf_counter()
+                # Each stage starts from its own seed, so a stage rerun by a resume starts as it did the first time.
+                seed_everything(derive_seed(seed, "stage", folder))
+                metrics = {k: float(v) for k, v in STAGE_RUNNERS[stage](context).items()}
+                entry: dict[str, Any] = {
+                    "stage": stage, "folder": folder, "metrics": metrics, "seconds": time.perf_counter() - started,
+                }
+                if stage in TRAINING_STAGES:
+                    if main:
+                        policy.save(context.stage_dir / POLICIES_DIR)
+                    entry["policies"] = f"{folder}/{POLICIES_DIR}"
+                run_logger.log({f"{folder}/{k}": v for k, v in metrics.items()}, step=index)
+                completed.append(entry)
+                if main:
+                    self._write_state(completed)
+                dist.barrier()  # the next stage may read this one's policies and the state (eval.json names them)
+                result.stages[folder] = metrics
+                self.say(f"[{index}/{total}] {folder}: {_describe(stage, metrics, self.config)}")
+        finally:
+            if generation is not None:
+                generation.close()
         run_logger.close()
 
         plots: list[Path] = []
@@ -469,6 +482,23 @@ class Pipeline:
         result.success_before, result.success_after = success_summary(self.plan, result.stages)
         self.say(self.summary(result))
         return result
+
+    def _generation_backend(self, policy: Any) -> Any:
+        """The run's shared generation backend (``rollout.backend: vllm``: its engines start once, here,
+        from the policy's current weights), or None (HF on the live policy). Under ``run.backend: ray`` the
+        RL stages' RolloutWorkers hold their own and the stages run in the driver use HF."""
+        from pettingllms.execution.generation import make_generation_backend
+
+        if self.config["rollout"].get("backend", "hf") != "vllm":
+            return None
+        if self.config["run"].get("backend", "local") == "ray":
+            self.say("rollout.backend vllm under run.backend ray: the RolloutWorkers generate with vLLM; "
+                     "stages run in the driver (sft, eval) generate with HF")
+            return None
+        self.say("starting the vLLM engine(s) (rollout.backend vllm) ...")
+        backend = make_generation_backend(self.config, policy)
+        self.say(backend.describe())
+        return backend
 
     def _build_policy(self) -> Any:
         """The config's policy; under a launcher rank 0 first, so a preset is built into the model cache

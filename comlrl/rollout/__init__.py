@@ -4,8 +4,8 @@
 >>> backend = HFBackend.from_model(model, tokenizer)
 >>> [[completion]] = backend.generate([GenerationRequest("Hello", seed=1)], SamplingParams(max_new_tokens=8))
 
-``APIBackend`` (remote models) is loaded on first access, so a problem in that module never breaks
-``import comlrl.rollout``.
+``APIBackend`` (remote models) and ``VLLMBackend`` / ``VLLMSettings`` (vLLM engines, the ``vllm`` extra) are
+loaded on first access, so a problem in those modules never breaks ``import comlrl.rollout``.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ _LAZY = {
     "APIError": "comlrl.rollout.api",
     "APIRequestError": "comlrl.rollout.api",
     "APIResponseError": "comlrl.rollout.api",
+    # vLLM itself is imported only when a backend is made (a one-line ImportError naming the install without it).
+    "VLLMBackend": "comlrl.rollout.vllm.backend",
+    "VLLMSettings": "comlrl.rollout.vllm.settings",
 }
 
 __all__ = [

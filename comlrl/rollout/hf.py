@@ -76,7 +76,9 @@ class _Row:
     adapter: str | None = None  # the handle's adapter (None: the model as is)
 
 
-def _as_handle(name: str, policy: Any) -> Any:
+def as_handle(name: str, policy: Any) -> Any:
+    """``policy`` as a handle: a ``(model, tokenizer)`` tuple becomes a :class:`PolicyHandle`; an object with
+    ``.model`` and ``.tokenizer`` is taken as it is (the backends' shared rule)."""
     if isinstance(policy, tuple):
         if len(policy) != 2:
             raise TypeError(f"policy {name!r}: a tuple must be (model, tokenizer), got {len(policy)} items")
@@ -214,7 +216,7 @@ def mixed_adapter_problem(model, adapters: Sequence[str | None]) -> str | None:
 
 
 @contextlib.contextmanager
-def _serving(model, adapter: str | None) -> Iterator[None]:
+def serving(model, adapter: str | None) -> Iterator[None]:
     """Eval mode, the policy's adapter active, and a neutral model generation config; all restored after.
 
     Swapping the model's own ``generation_config`` keeps its defaults (repetition penalty, suppressed
@@ -288,7 +290,7 @@ class HFBackend:
             raise ValueError(
                 f"`mixed_adapters` must be one of {MIXED_ADAPTER_MODES}, got {mixed_adapters!r}"
             )
-        self.policies = {name: _as_handle(name, policy) for name, policy in policies.items()}
+        self.policies = {name: as_handle(name, policy) for name, policy in policies.items()}
         self.token_budget = token_budget
         self.max_batch_size = max_batch_size
         self.share_prompts = share_prompts
@@ -344,7 +346,7 @@ class HFBackend:
                 part = [part[i] for i in order]
                 names = None if names is None else [names[i] for i in order]
                 lengths = [len(row.prompt_ids) for row in part]
-                with _serving(model, adapter), torch.inference_mode():
+                with serving(model, adapter), torch.inference_mode():
                     cuts = micro_batches(lengths, max_new_tokens, self.token_budget, self.max_batch_size)
                     for start, stop in cuts:
                         batch = part[start:stop]

@@ -517,6 +517,9 @@ def validate_config(config: Mapping[str, Any]) -> None:
 
     # run.backend and its keys, and `placement` against the run's policy names (in turn order).
     check_backend_config(config, list(dict.fromkeys(agents[role] for role in roles)))
+    from pettingllms.execution.generation import check_generation_config
+
+    check_generation_config(config)  # rollout.backend (hf | vllm | api) and its keys
 
     pipeline = config["pipeline"]
     if not isinstance(pipeline, list) or not pipeline:

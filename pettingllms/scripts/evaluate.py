@@ -7,6 +7,12 @@ Held-out success of saved policies, or of an environment's scripted policy. Give
   --policy NAME     a scripted policy of the environment, played through the same rollout engine
                     without loading any model: oracle, random, or scripted:NAME for another policy the
                     environment declares. It checks an environment and its instances before training.
+                    `--policy api` plays every role with a hosted model behind an HTTP API instead
+                    (comlrl.rollout.APIBackend; no model loaded), set by the rollout.api_* keys:
+                    rollout.api_url, rollout.api_model, rollout.api_format (openai, anthropic,
+                    openai_responses, generic), rollout.api_key_env (the variable holding the key).
+
+With rollout.backend=vllm, saved policies are played through vLLM engines (the `vllm` extra).
 
 CONFIG is a YAML file or a shipped config named <env>/<name> (plan_path/L1; pettingllms configs lists
 them). It names the environment, the policy level and the eval section: the held-out instances
@@ -33,6 +39,8 @@ Examples:
   pettingllms eval --checkpoint runs/quickstart eval.num_instances=200 eval.seed_start=2000000
   pettingllms eval plan_path/L1 --checkpoint runs/plan_path_L1/at_grpo/checkpoint-10
   pettingllms eval plan_path/L1 --policy oracle eval.num_instances=20
+  pettingllms eval plan_path/L1 --policy api rollout.api_url=http://127.0.0.1:8000/v1/chat/completions \
+      rollout.api_model=my-model
 """
 
 from __future__ import annotations
@@ -63,6 +71,8 @@ POLICIES_DIR = "policies"
 SCRIPTED_PREFIX = "scripted:"
 # Names that mean scripted:<name> on their own.
 SHORT_SCRIPTED = ("oracle", "random")
+# `--policy api`: a hosted model (rollout.api_*) plays every role.
+API_POLICY = "api"
 # A run's saved policies arrangement (policy_layout.json) -> the policy level that builds it.
 _ARRANGEMENT_LEVEL = {"shared": "L1", "lora": "L2", "per_agent": "L3", "mapping": "L3"}
 
@@ -81,7 +91,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--policy", default=None, metavar="NAME",
-        help="the environment's scripted policy instead of saved ones: oracle | random | scripted:NAME",
+        help="the environment's scripted policy instead of saved ones: oracle | random | scripted:NAME; "
+        "or api: a hosted model (rollout.api_url, rollout.api_model, ...)",
     )
     parser.add_argument(
         "--output", type=Path, default=None, metavar="FILE",
@@ -235,6 +246,17 @@ def _check_layout(layout: Mapping[str, Any], config: Mapping[str, Any], folder: 
         )
 
 
+def _api_target(config: str | None, overrides: Sequence[str]) -> _Target:
+    if config is None:
+        raise UsageError(
+            "`--policy api` needs a CONFIG (the environment and instances to play), e.g. pettingllms eval "
+            "plan_path/L1 --policy api rollout.api_url=URL rollout.api_model=NAME"
+        )
+    resolved = _load(config, [*overrides, "rollout.backend=api"])
+    name = f"{API_POLICY}:{resolved['rollout']['api_model'] or resolved['rollout']['api_url']}"
+    return _Target(resolved, str(config), name, scripted=API_POLICY)
+
+
 def _scripted_target(config: str | None, spec: str, overrides: Sequence[str]) -> _Target:
     name = scripted_policy_name(spec)
     if config is None:
@@ -271,19 +293,35 @@ def evaluate(
         )
     if checkpoint is not None:
         target = _checkpoint_target(None if config is None else str(config), Path(checkpoint), overrides)
+    elif policy == API_POLICY:
+        target = _api_target(None if config is None else str(config), overrides)
     else:
         target = _scripted_target(None if config is None else str(config), str(policy), overrides)
     resolved = target.config
+    generation = None
     if target.folder is not None:
         from comlrl.policy import MultiAgentPolicy
+        from pettingllms.execution import build_router
+        from pettingllms.execution.generation import make_generation_backend
 
         played = MultiAgentPolicy.load(target.folder, device=resolved["model"]["device"])
+        generation = make_generation_backend(resolved, played)  # rollout.backend=vllm; else None (HF)
+        if generation is not None:
+            played = build_router(played, generation)
+    elif target.scripted == API_POLICY:
+        from pettingllms.execution.generation import api_router
+
+        played = api_router(resolved)
     else:
         played = scripted_router(resolved, str(target.scripted))
-    _, report = evaluate_policy(
-        played, resolved, make_env_worker(resolved), progress=bool(resolved["run"]["progress"]),
-        policy_name=target.policy_name, config_name=target.config_name,
-    )
+    try:
+        _, report = evaluate_policy(
+            played, resolved, make_env_worker(resolved), progress=bool(resolved["run"]["progress"]),
+            policy_name=target.policy_name, config_name=target.config_name,
+        )
+    finally:
+        if generation is not None:
+            generation.close()
     home = target.run_dir if target.run_dir is not None else Path(resolved["run"]["output_dir"])
     destination = Path(output) if output is not None else home / REPORT_FILE
     atomic_write_json(destination, report)

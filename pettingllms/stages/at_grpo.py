@@ -219,8 +219,9 @@ def run_at_grpo(context: StageContext) -> dict[str, float]:
         trainer = _LimitedTrainer(
             settings.trainer,
             limits=settings.limits,
-            evaluate=lambda: evaluate_policy(context.policy, config, context.env_worker)[0],
+            evaluate=lambda: evaluate_policy(context.router(), config, context.env_worker)[0],
             policy=context.policy,
+            backend=context.generation if system is None else None,
             env_name=name,
             env_config=fields,
             agent_options=options,

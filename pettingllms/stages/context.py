@@ -48,7 +48,9 @@ class StageContext:
     ``stage`` is the config section (``sft``, ``at_grpo``, ...), ``folder`` its folder under the run
     (``stage_dir = run_dir / folder``); ``resume`` asks an RL stage to continue from its latest checkpoint;
     ``settings`` are the stage's settings as the pipeline checked them before the run (None: built by the
-    stage from ``config``).
+    stage from ``config``). ``generation`` is the run's shared generation backend (``rollout.backend:
+    vllm``, :mod:`pettingllms.execution.generation`), None for HF on the live policy: stages that sample
+    take :meth:`router`.
     """
 
     stage: str
@@ -60,10 +62,21 @@ class StageContext:
     resume: bool = False
     progress: bool = True
     settings: Any = None
+    generation: Any = None
 
     @property
     def stage_dir(self) -> Path:
         return self.run_dir / self.folder
+
+    def router(self):
+        """A :class:`~pettingllms.execution.Router` over the run's policy and its generation backend (under
+        ``rollout.backend: api`` the hosted model plays every role)."""
+        from pettingllms.execution import build_router
+        from pettingllms.execution.generation import api_router
+
+        if self.config["rollout"].get("backend", "hf") == "api":
+            return api_router(self.config)
+        return build_router(self.policy, self.generation)
 
     def settings_or(self, build: SettingsBuilder) -> Any:
         """The stage's settings: the pipeline's, else ``build``'s from the config."""

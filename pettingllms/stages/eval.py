@@ -312,7 +312,7 @@ def run_eval(context: StageContext) -> dict[str, float]:
     settings = context.settings_or(eval_settings)
     main = dist.is_main_process()
     metrics, report = evaluate_policy(
-        context.policy,
+        context.router(),
         context.config,
         context.env_worker,
         settings,

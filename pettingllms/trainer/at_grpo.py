@@ -147,6 +147,10 @@ class ATGRPOTrainer(TrainerCore):
         updaters: one object per policy with :class:`~pettingllms.trainer.policy_update.PolicyUpdater`'s
             interface (e.g. proxies of remote update workers) used instead of local ones; the trainer then
             builds no optimizer or reference model of its own.
+        backend: the generation backend the engine samples from when no ``engine`` is given (e.g. a
+            :class:`~comlrl.rollout.VLLMBackend` over ``policy``; None: an HFBackend on the live policy).
+            A backend with ``sleep()`` is put to sleep before each update (vLLM's sleep mode frees the
+            engine's device memory while the update runs; the next rollout wakes it).
 
     Override points: :meth:`generate_and_score` (how a step's samples are produced and rewarded) and
     :meth:`compute_advantages`.
@@ -169,6 +173,7 @@ class ATGRPOTrainer(TrainerCore):
         agent_options: Mapping[str, Mapping[str, Any]] | None = None,
         env_worker: Any = None,
         updaters: Mapping[str, Any] | None = None,
+        backend: Any = None,
     ) -> None:
         super().__init__()
         self.config = config = config if config is not None else ATGRPOConfig()
@@ -189,14 +194,17 @@ class ATGRPOTrainer(TrainerCore):
             engine = RolloutEngine.from_registry(
                 env_name,
                 env_config_for(config, env_name, env_config),
-                build_router(policy),
+                build_router(policy, backend),
                 EngineConfig(**config.engine_kwargs()),
                 agent_options=agent_options,
                 env_worker=env_worker,
             )
         else:
+            if backend is not None:
+                raise ValueError("give `engine` or `backend`, not both: a prebuilt engine already has its backends")
             check_engine(config, engine)
         self.engine = engine
+        self.backend = backend
         served = {engine.router.policy_for(agent.role) for agent in engine.agents}
         unknown = sorted(served - set(policy.policies))
         if unknown:
@@ -371,6 +379,8 @@ class ATGRPOTrainer(TrainerCore):
         metrics.update(rollout_metrics(view.samples) if view.samples else dict.fromkeys(NO_SAMPLE_METRICS, math.nan))
         metrics["num_samples"] = float(len(view.samples))
         update_start = time.perf_counter()
+        if hasattr(self.backend, "sleep"):
+            self.backend.sleep()  # vLLM's sleep mode: the engine's device memory goes to the update
         learning_rates = {name: updater.learning_rate() for name, updater in self.updaters.items()}
         for name in view.trained:  # this rank may hold no rows of a policy: it still joins the optimizer steps
             rows = tensors.get(name)

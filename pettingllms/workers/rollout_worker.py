@@ -2,7 +2,9 @@
 
 A :class:`RolloutWorker` (the body of a Ray actor, see :mod:`pettingllms.workers.system`) holds a copy of
 the run's :class:`~comlrl.policy.MultiAgentPolicy` and serves one policy of it through
-:class:`~comlrl.rollout.hf.HFBackend` (the vLLM backend plugs in at the same place). Completions carry the
+:class:`~comlrl.rollout.hf.HFBackend`, or with ``rollout.backend: vllm`` through a
+:class:`~comlrl.rollout.VLLMBackend` on the worker's devices (its engine takes the installed weights before
+the next generate, the version moving with them). Completions carry the
 weights version they were sampled with; :meth:`RolloutWorker.load_weights` installs the trainable tensors
 and the version an UpdateWorker produced, so the version on a completion always names the weights that
 sampled it.
@@ -54,9 +56,13 @@ class RolloutWorker:
     """Generation for policy ``name`` of ``policy`` (a copy the worker owns) on ``device``.
 
     ``torch_threads`` pins torch's intra-op threads (Ray sets ``OMP_NUM_THREADS=1`` in actors; the driver
-    passes its own count so both paths compute alike)."""
+    passes its own count so both paths compute alike). ``vllm`` (a :class:`~comlrl.rollout.VLLMSettings`)
+    serves the policy with vLLM instead of HF."""
 
-    def __init__(self, policy: Any, name: str, *, torch_threads: int, device: str | None = None, **backend_kwargs):
+    def __init__(
+        self, policy: Any, name: str, *, torch_threads: int, device: str | None = None, vllm: Any = None,
+        **backend_kwargs,
+    ):
         from comlrl.rollout.hf import HFBackend
 
         torch.set_num_threads(int(torch_threads))
@@ -67,7 +73,12 @@ class RolloutWorker:
                 model.to(device)
         self.policy = policy
         self.name = name
-        self.backend = HFBackend({name: policy.handle(name)}, **backend_kwargs)
+        if vllm is not None:
+            from comlrl.rollout.vllm.backend import VLLMBackend
+
+            self.backend = VLLMBackend({name: policy.handle(name)}, vllm)
+        else:
+            self.backend = HFBackend({name: policy.handle(name)}, **backend_kwargs)
 
     def generate(self, requests: Sequence[Any], params: Any = None) -> list[list[Any]]:
         return self.backend.generate(requests, params)

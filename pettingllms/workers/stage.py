@@ -40,6 +40,15 @@ def attach(trainer: Any, system: Any) -> Any:
     return trainer
 
 
+def _rollout_vllm(config: Mapping[str, Any]) -> Any:
+    """The RolloutWorkers' vLLM settings under ``rollout.backend: vllm``, else None (HF)."""
+    if config["rollout"].get("backend", "hf") != "vllm":
+        return None
+    from pettingllms.execution.generation import vllm_settings
+
+    return vllm_settings(config["rollout"])
+
+
 def backend_of(config: Mapping[str, Any]) -> str:
     return str(config["run"].get("backend", "local"))
 
@@ -72,6 +81,7 @@ def stage_workers(
         placement=placement_from_config(config),
         ray_address=config["run"].get("ray_address"),
         sandbox=functools.partial(make_env_worker, dict(config)),
+        vllm=_rollout_vllm(config),
     )
     try:
         yield system

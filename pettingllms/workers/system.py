@@ -56,6 +56,8 @@ class RaySystem:
         ray_address: None starts a local cluster (when none runs in this process yet); else joined.
         sandbox: a zero-argument callable building one EnvWorker's code runner, or None.
         torch_threads: torch threads of every worker (default: the driver's).
+        vllm: :class:`~comlrl.rollout.VLLMSettings` for RolloutWorkers that generate with vLLM
+            (``rollout.backend: vllm``); None: HF.
     """
 
     def __init__(
@@ -70,6 +72,7 @@ class RaySystem:
         ray_address: str | None = None,
         sandbox: Callable[[], Any] | None = None,
         torch_threads: int | None = None,
+        vllm: Any = None,
     ) -> None:
         from comlrl.rollout.hf import eos_token_ids, pad_token_id
         from pettingllms.execution import EngineConfig
@@ -99,7 +102,8 @@ class RaySystem:
             for name in policy.policies:
                 bundles = placement.worker_bundles(name)
                 self.rollout_actors[name] = [
-                    self._start(RolloutWorker, bundle, resources, policy_ref, name, torch_threads=threads, device=device)
+                    self._start(RolloutWorker, bundle, resources, policy_ref, name, torch_threads=threads, device=device,
+                                vllm=vllm)
                     for bundle, resources in zip(bundles["rollout"], placement.worker_resources(name, "rollout"))
                 ]
                 self.update_actors[name] = [

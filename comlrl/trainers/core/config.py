@@ -83,6 +83,7 @@ FIELD_RULES: dict[str, Callable[[str, Any], None]] = {
     "agent_devices": check_devices,
     "reference_devices": check_devices,
     "disable_dropout": check_bool,
+    "use_vllm": check_bool,  # the vllm_* fields: comlrl.rollout.VLLMSettings (VLLMFields._validate_vllm)
     "max_new_tokens": _int,
     "temperature": _positive,
     "top_p": partial(check_float, gt=0, le=1),

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from comlrl.trainers.core.config import RLStageFields, TrainerConfig
 from comlrl.trainers.core.validation import override_field
+from comlrl.trainers.core.vllm_fields import VLLMFields
 
 __all__ = ["SINGLE_TURN_NOTE", "OnlineRLConfig"]
 
@@ -24,7 +25,7 @@ SINGLE_TURN_NOTE = (
 
 
 @dataclass
-class OnlineRLConfig(RLStageFields, TrainerConfig):
+class OnlineRLConfig(RLStageFields, VLLMFields, TrainerConfig):
     r"""
     Fields shared by [`MAGRPOConfig`], [`IACConfig`] and [`MAACConfig`] (the online RL trainers); not used on
     its own. It takes every [`TrainerConfig`] and [`RLStageFields`] parameter, with the public MAGRPO

@@ -3,9 +3,9 @@ the ``train()`` entry.
 
 :class:`MultiAgentTrainerBase` takes the public CoMLRL constructor keywords and builds
 
-- the team (:func:`~comlrl.trainers.core.team.build_team`): a :class:`~comlrl.policy.MultiAgentPolicy` (one
-  model per agent, one LoRA adapter per agent on one base, or a prebuilt ``policy=``) served by one
-  :class:`~comlrl.rollout.HFBackend`;
+- the team (:func:`~comlrl.trainers.core.team.build_team`): a :class:`~comlrl.policy.MultiAgentPolicy` (one model
+  per agent, one LoRA adapter per agent on one base, or a prebuilt ``policy=``) served by one
+  :class:`~comlrl.rollout.HFBackend` (:class:`~comlrl.rollout.VLLMBackend` with ``use_vllm``);
 - the oracle (``reward_func`` after ``reward_processor``), behind a
   :class:`~comlrl.trainers.core.centralized.CentralizedCollaboration` when one actor writes every role;
 - one AdamW per policy, metrics through :class:`~comlrl.reporting.MetricsLogger`, progress bars.
@@ -16,10 +16,9 @@ commit points for checkpoints), register the pieces they are composed of with ``
 state through ``state_extra``, ``checkpoint_payloads`` and ``restore_payloads``. The preference trainers,
 the MAGRPO family and the actor-critic trainers are built on it.
 
-Sampling seeds: a request for (item, agent) draws candidate j with
-``derive_seed(derive_seed(seed, stream, step, item_index, agent), j)``; evaluation uses the stream
-``"eval"`` with the evaluation count as its step, so a resumed run draws exactly what an uninterrupted one
-would.
+Sampling seeds: a request for (item, agent) draws candidate j with ``derive_seed(derive_seed(seed, stream, step,
+item_index, agent), j)``; evaluation uses the stream ``"eval"`` with the evaluation count as its step, so a
+resumed run draws exactly what an uninterrupted one would.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ from torch import nn
 from comlrl.atomic_io import atomic_write_text
 from comlrl.checkpoint import TrainerState
 from comlrl.policy import MultiAgentPolicy
-from comlrl.rollout import GenerationRequest, HFBackend, SamplingParams
+from comlrl.rollout import GenerationRequest, SamplingParams
 from comlrl.seeding import derive_seed
 from comlrl.trainers.core.centralized import CentralizedCollaboration, check_adapter
 from comlrl.trainers.core.models import disable_dropout
@@ -55,6 +54,7 @@ from comlrl.trainers.core.train_options import (
     plan_checkpoints,
 )
 from comlrl.trainers.core.trainer_core import TrainerCore
+from comlrl.trainers.core.vllm_fields import generation_backend
 from comlrl.trainers.core.wandb_config import apply_wandb_config, wandb_init_kwargs, wandb_run_config
 
 logger = logging.getLogger(__name__)
@@ -207,7 +207,7 @@ class MultiAgentTrainerBase(TrainerCore):
         self.train_dataset = as_items(train_dataset, "train_dataset")
         self.eval_dataset = as_items(eval_dataset, "eval_dataset")
 
-        self.backend = HFBackend(self.policy.handles)
+        self.backend = generation_backend(self.policy, args)  # HF, or vLLM with use_vllm
         self.optimizers_by_policy = {
             name: torch.optim.AdamW(
                 self.policy.trainable_parameters(name), lr=args.agent_learning_rate, foreach=True
@@ -405,6 +405,7 @@ class MultiAgentTrainerBase(TrainerCore):
 
     def step_optimizers(self) -> None:
         """One step of every policy's optimizer (its gradients cleared after), bumping the policy's version."""
+        getattr(self.backend, "sleep", lambda: None)()  # vLLM's sleep mode frees its GPU memory for the step
         for name, optimizer in self.optimizers_by_policy.items():
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)

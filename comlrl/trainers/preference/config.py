@@ -42,6 +42,7 @@ from comlrl.trainers.core.validation import (
     override_field,
     warn,
 )
+from comlrl.trainers.core.vllm_fields import VLLMFields
 from comlrl.trainers.preference.iterative_config import (
     API_FORMAT_ALIASES,
     COMPARATOR_POLICIES,
@@ -95,7 +96,7 @@ _SINGLE_TURN_NOTE = (
 
 
 @dataclass
-class MADPOConfig(TrainerConfig):
+class MADPOConfig(VLLMFields, TrainerConfig):
     r"""
     Configuration class for [`MADPOTrainer`]: Multi-Agent Direct Preference Optimization.
 
