@@ -8,6 +8,8 @@
 - :mod:`comlrl.rl.values`: critic loss (with PPO value clipping), single-turn critic advantages,
   explained variance.
 - :mod:`comlrl.rl.masking`: masked sum / mean / var / whiten.
+- :mod:`comlrl.rl.returns`: multi-turn returns (rollout-tree returns, joint actions ``aligned`` / ``cross``,
+  one-step TD targets, rewards-to-go).
 - :mod:`comlrl.rl.finite`: which of a step's quantities are non-finite, and the groups a non-finite reward
   drops.
 """
@@ -37,10 +39,19 @@ from comlrl.rl.losses import (
     ppo_clip_loss,
 )
 from comlrl.rl.masking import masked_mean, masked_sum, masked_var, masked_whiten
+from comlrl.rl.returns import (
+    JOINT_MODES,
+    agent_candidate_returns,
+    joint_indices,
+    rewards_to_go,
+    td_targets,
+    tree_returns,
+)
 from comlrl.rl.values import CRITIC_TYPES, critic_advantages, explained_variance, value_loss
 
 __all__ = [
     "CRITIC_TYPES",
+    "JOINT_MODES",
     "ESTIMATORS",
     "KL_ESTIMATORS",
     "LOSS_TYPES",
@@ -48,6 +59,7 @@ __all__ = [
     "SCALE_REWARDS",
     "GroupStats",
     "PPOLossOutput",
+    "agent_candidate_returns",
     "aggregate_token_loss",
     "compute_advantages",
     "critic_advantages",
@@ -58,6 +70,7 @@ __all__ = [
     "group_mean_baseline",
     "group_stats",
     "is_finite",
+    "joint_indices",
     "kl_penalized_rewards",
     "leave_one_out_baseline",
     "masked_entropy",
@@ -71,6 +84,9 @@ __all__ = [
     "policy_gradient_loss",
     "ppo_clip_loss",
     "raw_returns",
+    "rewards_to_go",
     "sequence_kl",
+    "td_targets",
+    "tree_returns",
     "value_loss",
 ]

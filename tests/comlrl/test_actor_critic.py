@@ -17,6 +17,7 @@ ITEMS = plan_items(3)
 def common(tmp_path, **overrides):
     values = dict(
         output_dir=str(tmp_path / "out"),
+        num_turns=1,  # single-turn (the public default is 2, with an external_transition)
         num_agents=2,
         max_new_tokens=4,
         temperature=1.0,

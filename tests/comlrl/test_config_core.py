@@ -252,7 +252,8 @@ def test_shared_fields_are_declared_once_and_every_config_has_them():
 
 def test_online_defaults_differ_only_where_the_public_library_does():
     magrpo, iac, maac = MAGRPOConfig(), IACConfig(), MAACConfig()
-    assert (magrpo.discount, magrpo.early_termination_threshold) == (0.9, -0.2)
+    for cfg in (magrpo, iac, maac):  # the public 1.4.3 multi-turn defaults (its source: discount 1.0)
+        assert (cfg.num_turns, cfg.discount, cfg.early_termination_threshold, cfg.joint_mode) == (2, 1.0, -0.2, "aligned")
     assert (MADPOConfig().discount, MADPOConfig().early_termination_threshold) == (1.0, None)
     assert (magrpo.num_train_epochs, magrpo.num_generations, magrpo.rollout_buffer_size) == (20, 4, 2)
     assert (magrpo.top_k, magrpo.logging_steps, magrpo.output_dir) == (50, 50, "outputs/magrpo")

@@ -18,6 +18,7 @@ ITEMS = plan_items(3)
 def config(tmp_path, **overrides):
     values = dict(
         output_dir=str(tmp_path / "out"),
+        num_turns=1,  # single-turn (the public default is 2, with an external_transition)
         max_new_tokens=5,
         temperature=1.0,
         top_p=1.0,
@@ -189,19 +190,17 @@ def test_public_constructor_order_and_config_rules(tiny_model_path, tmp_path):
     assert config(tmp_path, advantage_mode="rloo").rl_algorithm == "marloo"
     with pytest.raises(ValueError, match="num_generations"):
         MAGRPOConfig(num_generations=1)
-    with pytest.raises(ValueError, match="num_turns.*out of scope"):
-        MAGRPOConfig(num_turns=2)
+    with pytest.raises(ValueError, match=r"`num_turns` must be >= 1, got 0"):
+        MAGRPOConfig(num_turns=0)
     with pytest.raises(ValueError, match="agent_devices"):
         MAGRPOConfig(parallel_training="mp")
     with pytest.raises(ValueError, match="advantage_mode"):
         MAGRPOConfig(advantage_mode="median")
-    with pytest.raises(ValueError, match="external_transition"):
-        MAGRPOTrainer(
-            agent_model=tiny_model_path,
-            reward_func=CountingReward(),
-            external_transition=lambda *a: a,
-            args=config(tmp_path),
-        )
+    with pytest.raises(ValueError, match=r"Multi-turn MAGRPO requires an external_transition: `num_turns` is 2"):
+        MAGRPOTrainer(agent_model=tiny_model_path, reward_func=CountingReward(), args=config(tmp_path, num_turns=2))
+    with pytest.raises(ValueError, match=r"`external_transition` must be a callable or None, got int"):
+        MAGRPOTrainer(agent_model=tiny_model_path, reward_func=CountingReward(), external_transition=3,
+                      args=config(tmp_path))
     with pytest.raises(TypeError, match="args"):
         MAGRPOTrainer(agent_model=tiny_model_path, reward_func=CountingReward(), args=MARLHFConfig())
     with pytest.raises(ValueError, match="critic_model"):

@@ -28,6 +28,7 @@ def trainer_with_reference(tmp_path, tiny_model_path, **overrides):
         top_p=1.0,
         num_generations=2,
         num_train_epochs=1,
+        num_turns=1,
         reference_kl_enabled=True,
         reference_kl_coef=0.5,
         advantage_mode="raw",

@@ -295,6 +295,7 @@ def test_l2_trainer_makes_one_generate_call_per_generation_step(tiny_model_path,
 
     args = MAGRPOConfig(
         output_dir=str(tmp_path / "out"),
+        num_turns=1,
         max_new_tokens=4,
         num_generations=2,
         num_train_epochs=1,

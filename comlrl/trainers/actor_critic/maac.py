@@ -1,4 +1,5 @@
-"""MAAC: Multi-Agent Actor-Critic with one centralized critic, on the task reward, single turn.
+"""MAAC: Multi-Agent Actor-Critic with one centralized critic, on the task reward (single- or multi-turn, as
+IAC: :mod:`comlrl.trainers.actor_critic.iac`).
 
 The update is :class:`~comlrl.trainers.core.policy_learning.PolicyLearner`'s: one critic reads the joint text
 (``[Agent i] prompt`` blocks; for ``critic_type="q"`` also the ``[Joint Action]``) and its advantage

@@ -344,6 +344,10 @@ class TrainerConfig(StrictFromDict):
         self.parallel_training = canonical_choice(
             "parallel_training", parallel, PARALLEL_TRAINING_MODES, PARALLEL_TRAINING_ALIASES
         )
+        self._normalize_joint_mode()
+
+    def _normalize_joint_mode(self) -> None:
+        """``joint_mode``: ``aligned`` (alias ``align``) here; the online RL configs also take ``cross``."""
         key = self.joint_mode.strip().lower() if isinstance(self.joint_mode, str) else None
         if key not in (*JOINT_MODES, *JOINT_MODE_ALIASES):
             raise ValueError(

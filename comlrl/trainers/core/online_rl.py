@@ -1,5 +1,6 @@
 """Online RL on the task reward: the trainer base of MAGRPO (``reinforce/``), IAC and MAAC
-(``actor_critic/``), which differ only in their configs and public constructors."""
+(``actor_critic/``), which differ only in their configs and public constructors; single-turn or multi-turn
+(``num_turns > 1`` with an ``external_transition``: :mod:`comlrl.trainers.core.multi_turn`)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,19 @@ class OnlineRLTrainer(MultiAgentTrainerBase):
         self.rl = self.add_part(
             PolicyLearner(self, critic_model=critic_model, critics=critics, metrics_callback=metrics_callback)
         )
+
+    def _accept_external_transition(self, transition: Any, args: Any) -> Any:
+        """Multi-turn episodes (``num_turns > 1``) need the transition that writes the next turn's prompts
+        (the public rule and message); a single-turn run keeps one it is given, unused."""
+        if transition is not None and not callable(transition):
+            raise ValueError(f"`external_transition` must be a callable or None, got {type(transition).__name__}")
+        if args.num_turns > 1 and transition is None:
+            family = type(self).__name__.removesuffix("Trainer")
+            raise ValueError(
+                f"Multi-turn {family} requires an external_transition: `num_turns` is {args.num_turns}; pass "
+                "external_transition=... (it returns each agent's next prompt) or set num_turns=1"
+            )
+        return transition
 
     @property
     def critics(self) -> list[Any]:

@@ -186,8 +186,13 @@ class PolicyLearner(TrainerPart):
         round_index: int = 0,
         desc: str = "RL epoch",
     ) -> None:
-        """One pass over ``items`` in order: sample a buffer, score it, update per ``train_batch_size``."""
+        """One pass over ``items`` in order: sample a buffer, score it, update per ``train_batch_size``
+        (``num_turns > 1``: the buffer's episodes, :mod:`comlrl.trainers.core.multi_turn`)."""
         args, trainer = self.args, self.trainer
+        if int(getattr(args, "num_turns", 1)) > 1:
+            from comlrl.trainers.core.multi_turn import train_multi_turn_epoch
+
+            return train_multi_turn_epoch(self, items, epoch=epoch, round_index=round_index, desc=desc)
         buffer, batch = args.rollout_buffer_size, args.train_batch_size
         batches = trainer.sample_batches(
             items, buffer, n=args.num_generations, stream=f"rl/{round_index}", step=epoch, desc=desc
@@ -205,16 +210,35 @@ class PolicyLearner(TrainerPart):
 
     # ------------------------------------------------------------------------------------ one update
     def training_step(
-        self, samples: Sequence[ItemSample], rewards: Sequence[Sequence[float]], where: str = ""
+        self,
+        samples: Sequence[ItemSample],
+        rewards: Sequence[Sequence[float]],
+        where: str = "",
+        *,
+        turn: int = 0,
+        agent_returns: Sequence[Sequence[Sequence[float]]] | None = None,
+        old_values: Sequence[Sequence[float]] | None = None,
+        env_steps: int | None = None,
     ) -> dict[str, float] | None:
-        """One update of every agent (and critic) on ``samples``; returns its metrics (None when skipped)."""
+        """One update of every agent (and critic) on ``samples``; returns its metrics (None when skipped).
+
+        ``rewards[i]`` are item i's rewards (its K joint responses). A multi-turn update
+        (:mod:`comlrl.trainers.core.multi_turn`) also gives the ``turn`` (0-based, for the ``turn_t/``
+        metrics), ``agent_returns[a][i]`` (agent a's returns of item i's candidates, else ``rewards``),
+        ``old_values[c][i]`` (the critics' values at collection: the advantage is then
+        ``returns - old_values``) and the ``env_steps`` it consumed (else items x K)."""
         args, trainer = self.args, self.trainer
         where = f"update {trainer.updates_seen + 1} ({where})"
-        samples, rewards = self._finite_items(samples, rewards, where)
-        if not samples:
+        kept = self._finite_items(samples, rewards, where, agent_returns)
+        if not kept:
             return None
-        num_items, k = len(samples), len(rewards[0])
-        returns = torch.tensor([float(r) for row in rewards for r in row], dtype=torch.float32)
+        samples, rewards = [samples[i] for i in kept], [list(rewards[i]) for i in kept]
+        num_items, k = len(samples), len(samples[0].candidates[0])
+        flat = lambda rows: torch.tensor([float(r) for i in kept for r in rows[i]], dtype=torch.float32)  # noqa: E731
+        per_agent = [flat(agent_returns[a]) for a in range(len(agent_returns))] if agent_returns is not None else None
+        baselines = [flat(values) for values in old_values] if old_values is not None else None
+        immediate = torch.tensor([float(r) for row in rewards for r in row], dtype=torch.float32)
+        returns = per_agent[0] if per_agent is not None else immediate
         groups = torch.arange(num_items).repeat_interleave(k)
         self._zero_grad()
         critic_values, value_losses = None, []
@@ -223,9 +247,11 @@ class PolicyLearner(TrainerPart):
         agent_losses, advantages_seen, kls, lengths = [], [], [], []
         for a, agent in enumerate(trainer.agent_names):
             model = trainer.policy.handle(agent).model
+            agent_ret = per_agent[a] if per_agent is not None else returns
+            baseline = None if baselines is None else baselines[a if self.algorithm == "iac" else 0]
             # Backward inside the block: peft only lets the active adapter accumulate gradients.
             with trainer.policy.activate(agent), scoring_mode(model, args.disable_dropout):
-                out = self.agent_loss(a, samples, returns, groups, critic_values)
+                out = self.agent_loss(a, samples, agent_ret, groups, critic_values, baseline)
                 if not is_finite(out.total):  # one sync; every non-finite part reaches the total
                     return self._skip(where, f"{', '.join(_nonfinite_parts(out))} of agent {a}")
                 out.total.backward()
@@ -243,13 +269,13 @@ class PolicyLearner(TrainerPart):
             value_losses.append(v_loss.detach())
         self._step()
         trainer.nonfinite.finite_step()
-        metrics = self._metrics(returns, groups, agent_losses, advantages_seen, kls, lengths)
+        metrics = self._metrics(returns, groups, agent_losses, advantages_seen, kls, lengths, immediate, turn)
         if self.critics:
             metrics["value_loss"] = float(torch.stack([v.float().cpu() for v in value_losses]).mean())
             metrics.update(self._critic_metrics)
         if self.metrics_callback is not None:
             metrics.update(self._callback_metrics(samples, rewards))
-        trainer.record_step(num_items * k, metrics)
+        trainer.record_step(num_items * k if env_steps is None else env_steps, metrics)
         return metrics
 
     def agent_loss(
@@ -259,10 +285,12 @@ class PolicyLearner(TrainerPart):
         returns: torch.Tensor,
         groups: torch.Tensor,
         critic_values: torch.Tensor | None = None,
+        old_values: torch.Tensor | None = None,
     ) -> AgentLoss:
         """Agent ``agent``'s loss on ``samples`` (one padded forward over its ``items * K`` completions).
 
-        ``returns`` / ``groups`` are ``[items * K]`` (item-major); ``critic_values`` are MAAC's joint values.
+        ``returns`` / ``groups`` are ``[items * K]`` (item-major); ``critic_values`` are MAAC's joint values;
+        ``old_values`` (multi-turn actor-critic) the critic's values at collection, the advantage's baseline.
         Call it with the agent's adapter active and backward before leaving (see :meth:`training_step`).
         """
         args, trainer = self.args, self.trainer
@@ -288,7 +316,7 @@ class PolicyLearner(TrainerPart):
         if self.algorithm == "iac":
             values = self._agent_values(agent, samples, len(samples[0].candidates[agent]))
         if self.reference is None or is_finite(kl):  # without a reference the KL is zeros: no sync
-            advantages = self.advantages(returns.to(device), kl, groups.to(device), values)
+            advantages = self.advantages(returns.to(device), kl, groups.to(device), values, old_values)
         else:  # inf logits give an inf KL, and no advantage: training_step skips the update on it
             advantages = torch.full_like(kl, math.nan)
         loss = policy_gradient_loss(
@@ -311,8 +339,10 @@ class PolicyLearner(TrainerPart):
         kl: torch.Tensor,
         groups: torch.Tensor,
         values: torch.Tensor | None = None,
+        old_values: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """One agent's advantages ``[N]`` from the returns, its per-completion KL and the critic's values."""
+        """One agent's advantages ``[N]`` from the returns, its per-completion KL and the critic's values
+        (with ``old_values``, a multi-turn actor-critic step: ``returns - old_values``, the TD error)."""
         args = self.args
         coef = float(args.reference_kl_coef) if self.reference is not None else 0.0
         if self.algorithm in MAGRPO_FAMILY:
@@ -320,9 +350,13 @@ class PolicyLearner(TrainerPart):
             return compute_advantages(
                 shaped, groups, estimator=args.advantage_mode, scale_rewards=args.advantage_normalization
             )
-        base = critic_advantages(returns, values.detach().to(returns.device), args.critic_type, groups)
+        if old_values is not None:
+            base = returns - old_values.to(returns.device, returns.dtype)
+        else:
+            base = critic_advantages(returns, values.detach().to(returns.device), args.critic_type, groups)
         advantages = base - coef * kl.detach().to(base.dtype)
-        return masked_whiten(advantages) if args.advantage_normalization else advantages
+        # One row has nothing to whiten against (it would become 0): kept raw, as the public library does.
+        return masked_whiten(advantages) if args.advantage_normalization and advantages.numel() > 1 else advantages
 
     def _joint_values(self, samples: Sequence[ItemSample], k: int) -> torch.Tensor:
         critic = self.critics[0]
@@ -357,14 +391,14 @@ class PolicyLearner(TrainerPart):
                 self._critic_metrics["explained_variance"] = ev
         return loss
 
-    def _metrics(self, returns, groups, agent_losses, advantages, kls, lengths) -> dict[str, float]:
+    def _metrics(self, returns, groups, agent_losses, advantages, kls, lengths, rewards, turn) -> dict[str, float]:
         stats = group_stats(returns, groups).as_metrics()
         all_adv = torch.cat(advantages)
-        reward_mean = float(returns.mean())
+        prefix = f"turn_{turn + 1}/"
         metrics = {
             "loss": sum(agent_losses) / len(agent_losses),
-            "turn_1/reward_mean": reward_mean,
-            "turn_1/expected_return": reward_mean,
+            f"{prefix}reward_mean": float(rewards.mean()),
+            f"{prefix}expected_return": float(returns.mean()),
             "reward_std": stats["reward_std"],
             "frac_reward_zero_std": stats["frac_reward_zero_std"],
             "advantage_mean": float(all_adv.mean()),
@@ -373,8 +407,8 @@ class PolicyLearner(TrainerPart):
         }
         if self.reference is not None:
             kl_mean = float(torch.cat(kls).mean())
-            metrics["turn_1/reference_kl_mean"] = kl_mean
-            metrics["turn_1/reference_kl_penalty_mean"] = float(self.args.reference_kl_coef) * kl_mean
+            metrics[f"{prefix}reference_kl_mean"] = kl_mean
+            metrics[f"{prefix}reference_kl_penalty_mean"] = float(self.args.reference_kl_coef) * kl_mean
         if len(agent_losses) > 1:
             for a, value in enumerate(agent_losses):
                 metrics[f"agent_{a}/loss"] = value
@@ -413,20 +447,23 @@ class PolicyLearner(TrainerPart):
         return None
 
     def _finite_items(
-        self, samples: Sequence[ItemSample], rewards: Sequence[Sequence[float]], where: str
-    ) -> tuple[list[ItemSample], list[list[float]]]:
-        """The items whose every reward is finite; the others are dropped (counted, logged, and when none is
-        left the update is a non-finite one)."""
-        k = len(rewards[0])
-        flat = [float(r) for row in rewards for r in row]
-        keep, dropped = finite_group_mask(flat, torch.arange(len(samples)).repeat_interleave(k))
+        self, samples: Sequence[ItemSample], rewards: Sequence[Sequence[float]], where: str,
+        agent_returns: Sequence[Sequence[Sequence[float]]] | None = None,
+    ) -> list[int]:
+        """The indices of the items whose every reward (and return) is finite; the others are dropped
+        (counted, logged, and when none is left the update is a non-finite one)."""
+        rows = [
+            [*rewards[i], *(r for agent in (agent_returns or []) for r in agent[i])] for i in range(len(samples))
+        ]
+        width = max(len(row) for row in rows)
+        flat = [float(r) for row in rows for r in row + [0.0] * (width - len(row))]
+        keep, dropped = finite_group_mask(flat, torch.arange(len(samples)).repeat_interleave(width))
         if dropped:
             what = "; ".join(f"item {samples[i].item_index}: {list(rewards[i])}" for i in dropped)
             self.trainer.nonfinite.drop_rewards(len(dropped), what, where)
             if len(dropped) == len(samples):
                 self.trainer.nonfinite.empty_step(where)
-        kept = [i for i in range(len(samples)) if bool(keep[i * k])]
-        return [samples[i] for i in kept], [list(rewards[i]) for i in kept]
+        return [i for i in range(len(samples)) if bool(keep[i * width])]
 
     # ------------------------------------------------------------------------------------ checkpoints
     def on_fresh_run(self, output_dir: str | os.PathLike | None = None) -> None:

@@ -38,13 +38,19 @@ from torch import nn
 from comlrl.atomic_io import atomic_write_text
 from comlrl.checkpoint import TrainerState
 from comlrl.policy import MultiAgentPolicy
-from comlrl.rollout import GenerationRequest, SamplingParams
-from comlrl.seeding import derive_seed
+from comlrl.rollout import SamplingParams
 from comlrl.trainers.core.centralized import CentralizedCollaboration, check_adapter
 from comlrl.trainers.core.models import disable_dropout
 from comlrl.trainers.core.nonfinite import NonFiniteGuard
 from comlrl.trainers.core.oracle import NonFiniteRewardError, Oracle, OracleScores
-from comlrl.trainers.core.sampling import ItemSample, generation_overrides, model_top_k, prompt_text
+from comlrl.trainers.core.sampling import (
+    ItemSample,
+    PromptedItem,
+    generation_overrides,
+    model_top_k,
+    prompt_text,
+    sample_prompted,
+)
 from comlrl.trainers.core.team import as_items, build_team, resolve_formatters, save_agent_folders
 from comlrl.trainers.core.train_options import (
     UNSET,
@@ -77,7 +83,8 @@ class MultiAgentTrainerBase(TrainerCore):
         reward_func, reward_processor: the oracle (see :mod:`.oracle` for the calling conventions).
         formatters: None (``item["prompt"]``), one callable for every agent, or one per agent; each
             returns the agent's prompt as text or as chat messages (rendered with the chat template).
-        external_transition: multi-turn only; must be None (out of scope).
+        external_transition: the online RL trainers' multi-turn transition (see
+            :mod:`comlrl.trainers.core.multi_turn`); the preference trainers take None.
         wandb_config: a dict adds ``"wandb"`` to ``args.report_to`` and goes to ``wandb.init``.
         eval_logger, eval_aggregator: per-item evaluation metrics and their aggregation (under ``eval/``).
         args: the trainer's config; None uses its defaults.
@@ -123,12 +130,7 @@ class MultiAgentTrainerBase(TrainerCore):
     ) -> None:
         super().__init__()
         args = self._check_args(args)
-        if external_transition is not None:
-            raise ValueError(
-                f"`external_transition` must be None: it drives multi-turn episodes, and "
-                f"{type(self).__name__} "
-                "currently requires num_turns=1 (multi-turn is out of scope)"
-            )
+        self.external_transition = self._accept_external_transition(external_transition, args)
         if reward_func is None or not callable(reward_func):
             raise ValueError(f"`reward_func` must be a callable, got {type(reward_func).__name__}")
         if reward_processor is not None and not callable(reward_processor):
@@ -267,6 +269,16 @@ class MultiAgentTrainerBase(TrainerCore):
             )
         return args
 
+    def _accept_external_transition(self, transition: Any, args: Any) -> Any:
+        """The transition the trainer keeps (the online RL trainers' multi-turn episodes override this); the
+        preference trainers are single-turn, so theirs must be None."""
+        if transition is not None:
+            raise ValueError(
+                f"`external_transition` must be None: it drives multi-turn episodes, and {type(self).__name__} "
+                "requires num_turns=1"
+            )
+        return None
+
     # ------------------------------------------------------------------------------------ sampling
     def sampling_params(self, n: int) -> SamplingParams:
         """The config's sampling parameters (with ``train()``'s overrides) for ``n`` candidates."""
@@ -301,26 +313,8 @@ class MultiAgentTrainerBase(TrainerCore):
         self, items: Sequence[Any], item_indices: Sequence[int], *, n: int, stream: str, step: int
     ) -> list[ItemSample]:
         """``n`` candidates of every agent for every item, in one ``backend.generate`` call."""
-        prompts = [self.agent_prompts(item) for item in items]
-        requests = [
-            GenerationRequest(
-                prompt=prompts[i][a],
-                policy=self.policy.policy_name(a),
-                seed=derive_seed(self.args.seed, stream, step, int(index), a),
-            )
-            for i, index in enumerate(item_indices)
-            for a in range(self.num_agents)
-        ]
-        results = self.backend.generate(requests, self.sampling_params(n)) if requests else []
-        out = []
-        for i, (item, index) in enumerate(zip(items, item_indices)):
-            row = results[i * self.num_agents : (i + 1) * self.num_agents]
-            texts = [
-                prompt_text(p, row[a][0] if row[a] else None, self.tokenizers[a])
-                for a, p in enumerate(prompts[i])
-            ]
-            out.append(ItemSample(item, int(index), prompts[i], texts, [list(c) for c in row]))
-        return out
+        entries = [PromptedItem(item, int(index), self.agent_prompts(item)) for item, index in zip(items, item_indices)]
+        return sample_prompted(self, entries, n=n, stream=stream, step=step)
 
     def sample_batches(
         self, items: Sequence[Any], batch_size: int, *, n: int, stream: str, step: int, desc: str
@@ -419,9 +413,12 @@ class MultiAgentTrainerBase(TrainerCore):
 
     # ------------------------------------------------------------------------------------ evaluation
     def evaluate(self, num_eval_samples: int | None = None) -> dict[str, float]:
-        """Sample one joint response per evaluation item from the current policies and score it with the
-        task reward; returns (and logs) ``eval/turn_1/reward_mean``, ``eval/turn_1/expected_return`` and
+        """Play one joint response per evaluation item (one path of ``num_turns`` turns for a multi-turn
+        trainer) with the current policies, scored with the task reward; returns (and logs)
+        ``eval/turn_t/reward_mean``, ``eval/turn_t/expected_return`` (the reward sum from turn t on) and
         ``eval/<key>`` for the ``eval_aggregator``'s keys. ``{}`` (with a warning) without an ``eval_dataset``."""
+        from comlrl.trainers.core.evaluation import evaluate_items
+
         if self.eval_dataset is None:
             warnings.warn(
                 "evaluate() has nothing to evaluate: the trainer was built without an `eval_dataset`; pass "
@@ -436,45 +433,8 @@ class MultiAgentTrainerBase(TrainerCore):
         items = self.eval_dataset[:count]
         if not items:
             return {}
-        rewards: list[float] = []
-        texts: list[list[str]] = [[] for _ in range(self.num_roles or self.num_agents)]
-        prompts: list[str] = []
-        size = self.args.eval_batch_size
-        for start in range(0, len(items), size):
-            chunk = items[start : start + size]
-            for sample in self.sample_items(
-                chunk, list(range(start, start + len(chunk))), n=1, stream="eval", step=self.eval_count
-            ):
-                rewards += self.task_oracle.score(
-                    sample.candidates,
-                    prompts=sample.prompt_texts,
-                    item=sample.item,
-                    item_index=sample.item_index,
-                ).processed
-                if self.collaboration is not None:
-                    roles, role_prompts = self.collaboration.split(sample.candidates[0][0].text, sample.item)
-                    for r, text in enumerate(roles):
-                        texts[r].append(text)
-                    prompts.append(role_prompts[0])
-                else:
-                    for a in range(self.num_agents):
-                        texts[a].append(sample.candidates[a][0].text)
-                    prompts.append(sample.prompt_texts[0])
+        metrics = evaluate_items(self, items)
         self.eval_count += 1
-        mean = sum(rewards) / len(rewards)
-        metrics = {"eval/turn_1/reward_mean": mean, "eval/turn_1/expected_return": mean}
-        if self.eval_logger is not None:
-            details = self.eval_logger(
-                agent_completions_turns=[[[t] for t in agent] for agent in texts],
-                batch_items=list(items),
-                prompts=prompts,
-            )
-            if self.eval_aggregator is not None:
-                aggregated = self.eval_aggregator(details, num_turns=1)
-            else:
-                aggregated = _mean_metrics(details)
-            for key, value in (aggregated or {}).items():
-                metrics[f"eval/{key}"] = value
         self._log(metrics)
         return metrics
 
@@ -584,17 +544,3 @@ class MultiAgentTrainerBase(TrainerCore):
         self.nonfinite.load_state_dict(extra)
         self._last_log_x = int(extra["last_log_x"])
         self._window = defaultdict(list)
-
-
-# ---------------------------------------------------------------------------------------- helpers
-
-
-def _mean_metrics(details: Any) -> dict[str, float]:
-    if isinstance(details, Mapping):
-        return dict(details)
-    sums: dict[str, list[float]] = defaultdict(list)
-    for row in details or []:
-        for key, value in (row or {}).items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                sums[key].append(float(value))
-    return {key: sum(v) / len(v) for key, v in sums.items()}

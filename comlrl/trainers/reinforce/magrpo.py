@@ -7,6 +7,10 @@ buffer), the task reward scores the joint responses, advantages come from
 minimises ``policy_gradient_loss`` over its own sampled tokens (padding masked). With
 ``advantage_normalization=True`` (the public default) the four baselines give identical advantages.
 
+Multi-turn (``num_turns > 1``, the public default 2, with an ``external_transition``): each item's rollout tree
+(:mod:`comlrl.trainers.core.multi_turn`): every node is a group whose returns are its rewards plus the
+discounted mean return of its children; the update goes turn by turn over the buffer's nodes.
+
 An item with a NaN / inf reward is dropped with its group (``nonfinite_rewards_dropped``); a non-finite loss
 or log-prob skips the update (``nonfinite_losses_skipped``); ``max_nonfinite_losses_in_a_row`` in a row stop
 the run (:mod:`comlrl.trainers.core.nonfinite`).
@@ -25,7 +29,7 @@ __all__ = ["MAGRPOTrainer"]
 
 class MAGRPOTrainer(OnlineRLTrainer):
     """Multi-Agent Group Relative Policy Optimization (and MAREINFORCE / MARLOO / MAReMax by
-    ``advantage_mode``), single turn.
+    ``advantage_mode``), single- or multi-turn.
 
     Takes the public CoMLRL keywords in their order (``agent_model``, ``agents``, ``num_agents``,
     ``tokenizer``, ``model_config``, ``train_dataset``, ``eval_dataset``, ``dataset_type``, ``reward_func``,
