@@ -73,6 +73,30 @@ DEFAULTS_FILE = CONFIG_DIR / "defaults.yaml"
 RESOLVED_CONFIG_FILE = "config.yaml"
 LEVELS: tuple[str, ...] = ("L0", "L1", "L2", "L3")
 STAGES: tuple[str, ...] = ("sft", "at_grpo", "grpo", "madpo", "marlhf", "eval")
+# Stage sections whose schema is a comlrl config class: every field of the class is a key of the section, at
+# its default (generated, :func:`config_stage_defaults`), but the fields the pipeline sets itself.
+CONFIG_STAGES: dict[str, tuple[str, str]] = {
+    "madpo": ("comlrl.trainers.preference", "MADPOIterConfig"),
+    "marlhf": ("comlrl.trainers.preference", "MARLHFIterConfig"),
+}
+# Fields of those classes the pipeline sets, and the key that sets them (a section key naming one is an error).
+PIPELINE_OWNED_FIELDS: dict[str, str] = {
+    "seed": "run.seed",
+    "output_dir": "run.output_dir (the stage writes into <run.output_dir>/<stage folder>)",
+    "logging_dir": "run.output_dir (the stage's logs stay in its folder)",
+    "run_name": "run.output_dir",
+    "report_to": "run.report_to",
+    "num_agents": "env.turn_order (one agent per role)",
+    "disable_tqdm": "run.progress",
+}
+# Fields whose default here is the pipeline's (null: take it from the rollout section, a number: the stage's).
+PIPELINE_FIELD_DEFAULTS: dict[str, Any] = {
+    "max_new_tokens": None,  # null: rollout.max_completion_length
+    "temperature": None,  # null: rollout.temperature
+    "top_p": None,  # null: rollout.top_p
+    "logging_steps": 1,
+    "eval_interval": 0,  # the pipeline's eval stages measure success
+}
 # Keys with a non-null default that may also be null (what null means is the key's own documentation).
 NULLABLE_KEYS: frozenset[tuple[str, ...]] = frozenset({("eval", "num_instances")})
 BASE_KEY = "base"
@@ -180,6 +204,16 @@ def did_you_mean(name: str, known: Iterable[str], prefix: str = "") -> str:
 
 def _unknown_key(path: Sequence[str], key: str, known: Iterable[str], where: str = "") -> ConfigError:
     source = f" ({where})" if where else ""
+    if len(path) == 1 and path[0] in CONFIG_STAGES and key in PIPELINE_OWNED_FIELDS:
+        return ConfigError(
+            f"`{path[0]}.{key}` is the pipeline's: it is set from `{PIPELINE_OWNED_FIELDS[key]}`{source}; "
+            "set that key instead"
+        )
+    if len(path) == 1 and path[0] in CONFIG_STAGES and key in _secret_fields(path[0]):
+        return ConfigError(
+            f"`{path[0]}.{key}` would be written into the run's config.yaml{source}; name the environment "
+            f"variable that holds it with `{path[0]}.{key}_env` instead"
+        )
     section = f"`{_dotted(path)}`" if path else "the top level"
     known = sorted(known)
     guess = did_you_mean(key, known, prefix=f"{_dotted(path)}." if path else "")
@@ -375,6 +409,40 @@ def env_field_defaults(env_name: str) -> dict[str, Any]:
     return out
 
 
+def _config_class(stage: str) -> type:
+    import importlib
+
+    module, name = CONFIG_STAGES[stage]
+    return getattr(importlib.import_module(module), name)
+
+
+def _secret_fields(stage: str) -> tuple[str, ...]:
+    """Fields of a stage's class that hold secrets (a literal API key): no config keys, since the resolved
+    config is saved into the run folder."""
+    return tuple(getattr(_config_class(stage), "_secret_fields", ()))
+
+
+@functools.cache
+def config_stage_defaults(stage: str) -> dict[str, Any]:
+    """Every field of stage ``stage``'s comlrl config class (:data:`CONFIG_STAGES`) at its default, the
+    pipeline's own defaults for :data:`PIPELINE_FIELD_DEFAULTS` and without :data:`PIPELINE_OWNED_FIELDS`
+    (a copy is returned; the class is read once)."""
+    config_class = _config_class(stage)
+    out: dict[str, Any] = {}
+    for field in dataclasses.fields(config_class):
+        if not field.init or field.name in PIPELINE_OWNED_FIELDS or field.name in _secret_fields(stage):
+            continue
+        if field.name in PIPELINE_FIELD_DEFAULTS:
+            out[field.name] = PIPELINE_FIELD_DEFAULTS[field.name]
+        elif field.default is not dataclasses.MISSING:
+            out[field.name] = _yaml_value(field.default)
+        elif field.default_factory is not dataclasses.MISSING:
+            out[field.name] = _yaml_value(field.default_factory())
+        else:
+            out[field.name] = None
+    return out
+
+
 def load_config(path: str | Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
     """The resolved config of ``path`` (file or ``"<env>/<level>"``) with ``overrides`` applied.
 
@@ -404,6 +472,8 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> dict[str, An
     if clash:
         raise ConfigError(f"env {env_name!r} config fields {clash} clash with the env section's own keys {ENV_KEYS}")
     config["env"].update(extra)
+    for stage in CONFIG_STAGES:  # the section's own defaults (defaults.yaml) over the class's
+        config[stage] = {**copy.deepcopy(config_stage_defaults(stage)), **config[stage]}
     for file, data in chain:
         config = merge_checked(config, data, open_paths, where=str(file))
     for keys, value in parsed:

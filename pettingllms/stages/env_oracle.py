@@ -15,9 +15,11 @@ A malformed completion gets the environment's documented failure handling (the a
 an infrastructure failure in a step (a crashed sandbox) is raised, never turned into a score. The pair
 records of a round then hold one prompt per agent.
 
-A stage's section holds its comlrl config's fields plus ``num_problems`` / ``seed_start`` (the items
-``{"seed": s}``); sampling comes from ``rollout`` unless the section sets it, ``seed`` / ``report_to`` from
-``run``, and checkpoints after every round go to the stage folder.
+A stage's section holds every field of its comlrl config (generated from the class by the config loader:
+``pettingllms.config.loader.config_stage_defaults``) plus ``num_problems`` / ``seed_start`` (the items
+``{"seed": s}``); sampling comes from ``rollout`` where the section leaves it null, ``seed`` / ``report_to`` /
+``num_agents`` / ``output_dir`` are the pipeline's (a section key naming one is an error naming the key that
+sets it), and checkpoints after every round go to the stage folder.
 """
 
 from __future__ import annotations
@@ -155,11 +157,12 @@ def oracle_trainer_config(
         "max_new_tokens": rollout["max_completion_length"],
         "temperature": rollout["temperature"],
         "top_p": rollout["top_p"],
-        "logging_steps": 1,
-        "eval_interval": 0,  # the pipeline's eval stage measures success
         **(defaults or {}),
     }
-    values.update({k: v for k, v in config[stage].items() if k not in STAGE_ONLY_KEYS})
+    fallback = set(values)  # a null section key here means "the pipeline's" (rollout, or `defaults`)
+    values.update(
+        {k: v for k, v in config[stage].items() if k not in STAGE_ONLY_KEYS and not (v is None and k in fallback)}
+    )
     values.update(
         {
             "num_agents": len(run_workflow(config)) if num_agents is None else num_agents,
