@@ -293,7 +293,7 @@ def vllm_tree_vs_hf(args) -> list[dict]:
         path = resolve_model_path(preset, seed=0)
         model, tokenizer = load_model(path, device=getattr(args, "device", "cpu")).eval(), load_tokenizer(path)
         backends = {"hf": HFBackend.from_model(model, tokenizer, name="shared")}
-        with VLLMBackend.from_model(model, tokenizer, name="shared", max_length=4096) as vllm:
+        with VLLMBackend.from_model(model, tokenizer, name="shared") as vllm:
             backends["vllm"] = vllm
             engines = {side: RolloutEngine.from_registry(
                 "plan_path", env_config, Router({"tool": "shared", "plan": "shared"}, b), config)

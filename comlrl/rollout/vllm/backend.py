@@ -30,7 +30,8 @@ class VLLMBackend:
     tuples) or an object with ``.handles`` (a :class:`~comlrl.policy.MultiAgentPolicy`). The handles stay the
     training side's: their models are read when an engine starts or syncs, and to recompute log-probs.
     ``settings`` are :class:`VLLMSettings` (keywords under TRL's names are accepted too:
-    ``VLLMBackend(policy, vllm_mode="colocate")``). ``max_length`` is the engines' context window when
+    ``VLLMBackend(policy, vllm_mode="colocate")``). ``max_length`` (at most the model's ``max_position_embeddings``; None: the model's) is the engines' context
+    window when
     ``vllm_max_model_length`` is not set. Call :meth:`close` (or use it as a context manager) to free the
     engines.
     """
@@ -40,7 +41,7 @@ class VLLMBackend:
         policies: Mapping[str, Any] | Any,
         settings: VLLMSettings | None = None,
         *,
-        max_length: int = 2048,
+        max_length: int | None = None,
         scratch_dir: str | os.PathLike | None = None,
         **setting_overrides: Any,
     ) -> None:

@@ -27,6 +27,9 @@ __all__ = ["EngineGroup", "EngineRow", "LocalEngine", "RawOutput", "ServerEngine
 
 # Concurrent HTTP requests in server mode (the server batches them).
 SERVER_CONCURRENCY = 64
+# KV-cache GiB of a CPU engine when neither `vllm_kv_cache_gib` nor VLLM_CPU_KVCACHE_SPACE says (vLLM's own
+# default sizes it from most of the machine's memory: 20 GiB on a 24 GiB machine, measured).
+CPU_KV_CACHE_GIB = 1.0
 
 @dataclass
 class EngineRow:
@@ -109,7 +112,7 @@ def full_state(model: Any) -> list[tuple[str, torch.Tensor]]:
 class LocalEngine:
     """One in-process ``vllm.LLM`` on a group's weights."""
 
-    def __init__(self, group: EngineGroup, folder: Path, settings: VLLMSettings, max_length: int) -> None:
+    def __init__(self, group: EngineGroup, folder: Path, settings: VLLMSettings, max_length: int | None) -> None:
         vllm = require_vllm()
         self.group, self.folder, self.settings = group, folder, settings
         self.lora_ids: dict[str, tuple[int, Any]] = {}  # adapter -> (id, LoRARequest)
@@ -117,20 +120,24 @@ class LocalEngine:
         cpu = not torch.cuda.is_available()
         if cpu and settings.vllm_enable_sleep_mode:
             raise ValueError("`vllm_enable_sleep_mode` needs CUDA: vLLM's sleep mode does not run on a CPU build")
-        if cpu and settings.vllm_kv_cache_gib is not None:
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = f"{settings.vllm_kv_cache_gib:g}"
+        kv_cache_gib = settings.vllm_kv_cache_gib
+        if cpu and kv_cache_gib is None and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+            # Left to itself a CPU engine sizes its KV cache from most of the machine's memory.
+            kv_cache_gib = CPU_KV_CACHE_GIB
         save_folder(group, folder / "model")
         kwargs: dict[str, Any] = dict(
             model=str(folder / "model"),
             tokenizer=str(folder / "model"),
             dtype=dtype_name(group.model),
             seed=0,
-            max_model_len=settings.vllm_max_model_length or max_length,
+            max_model_len=settings.vllm_max_model_length or _within_positions(group, max_length),
             enforce_eager=settings.vllm_enforce_eager or cpu,
             logprobs_mode="processed_logprobs",
             model_impl=settings.vllm_model_impl,
             tensor_parallel_size=settings.vllm_tensor_parallel_size,
         )
+        if kv_cache_gib is not None:
+            kwargs["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
         if not cpu:
             kwargs.update(gpu_memory_utilization=settings.vllm_gpu_memory_utilization,
                           enable_sleep_mode=settings.vllm_enable_sleep_mode)
@@ -185,6 +192,14 @@ class LocalEngine:
             with contextlib.suppress(Exception):
                 llm.llm_engine.engine_core.shutdown()
             del llm
+
+
+def _within_positions(group: EngineGroup, length: int | None) -> int | None:
+    """A context-window hint no longer than the model's positions (vLLM refuses a longer one)."""
+    limit = getattr(getattr(group.base_model(), "config", None), "max_position_embeddings", None)
+    if length is None or limit is None:
+        return length
+    return min(int(length), int(limit))
 
 
 def lora_rank(rank: int) -> int:

@@ -59,8 +59,8 @@ class VLLMSettings:
         prompt plus ``max_new_tokens``.
     vllm_enable_sleep_mode: free the engines' device memory between rollouts (CUDA only).
     vllm_enforce_eager: no CUDA graphs (faster start, slower decoding).
-    vllm_kv_cache_gib: KV-cache size of a CPU engine in GiB (vLLM's ``VLLM_CPU_KVCACHE_SPACE``; None: vLLM's
-        default, 4 GiB).
+    vllm_kv_cache_gib: KV-cache size of a CPU engine in GiB (None: ``VLLM_CPU_KVCACHE_SPACE`` when set, else
+        1 GiB; vLLM's own default sizes it from most of the machine's memory).
 
     > Parameters of ``server``
 

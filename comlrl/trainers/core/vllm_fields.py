@@ -44,7 +44,7 @@ class VLLMFields:
         vllm_enforce_eager (`bool`, *optional*, defaults to `False`):
             No CUDA graphs in a colocated engine (faster start, slower decoding).
         vllm_kv_cache_gib (`float`, *optional*):
-            KV-cache size of a CPU engine in GiB; `None` takes vLLM's default.
+            KV-cache size of a CPU engine in GiB; `None`: `VLLM_CPU_KVCACHE_SPACE` when set, else 1 GiB.
         vllm_server_base_url (`str`, *optional*):
             URL of the vLLM server in server mode; else `vllm_server_host` and `vllm_server_port`.
         vllm_server_host (`str`, *optional*, defaults to `"0.0.0.0"`):
@@ -73,7 +73,7 @@ class VLLMFields:
     vllm_model_impl: str = help_field("'vllm' or 'transformers' model code in vLLM.", "vllm")
     vllm_logprobs: str = help_field("'auto' (vLLM's where exact, else recomputed) or 'recompute'.", "auto")
     vllm_enforce_eager: bool = help_field("Disable CUDA graphs in a colocated engine.", False)
-    vllm_kv_cache_gib: float | None = help_field("KV-cache GiB of a CPU engine; None: vLLM's default.", None)
+    vllm_kv_cache_gib: float | None = help_field("KV-cache GiB of a CPU engine; None: 1 GiB.", None)
     vllm_server_base_url: str | None = help_field("URL of the vLLM server (server mode).", None)
     vllm_server_host: str = help_field("vLLM server host when no URL is given.", "0.0.0.0")
     vllm_server_port: int = help_field("vLLM server port when no URL is given.", 8000)
