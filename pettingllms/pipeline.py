@@ -91,6 +91,7 @@ from pettingllms.stages.context import (
 )
 from pettingllms.stages.eval import eval_metrics, eval_settings, evaluate_policy, run_eval
 from pettingllms.stages.madpo import madpo_settings, run_madpo
+from pettingllms.stages.madpo_from_trees import madpo_from_trees_settings, run_madpo_from_trees
 from pettingllms.stages.marlhf import marlhf_settings, run_marlhf
 from pettingllms.stages.preference import run_preference_stage
 from pettingllms.stages.sft import run_sft, sft_settings
@@ -133,6 +134,7 @@ STAGE_SETTINGS: dict[str, SettingsBuilder] = {
     "grpo": at_grpo_settings,
     "madpo": madpo_settings,
     "marlhf": marlhf_settings,
+    "madpo_from_trees": madpo_from_trees_settings,
     "eval": eval_settings,
 }
 STAGE_RUNNERS: dict[str, Callable[[StageContext], dict[str, float]]] = {
@@ -141,6 +143,7 @@ STAGE_RUNNERS: dict[str, Callable[[StageContext], dict[str, float]]] = {
     "grpo": run_at_grpo,
     "madpo": run_madpo,
     "marlhf": run_marlhf,
+    "madpo_from_trees": run_madpo_from_trees,
     "eval": run_eval,
 }
 
@@ -212,8 +215,21 @@ def check_pipeline(config: Mapping[str, Any]) -> dict[str, Any]:
             f"`rollout.backend` is 'vllm' but this run has world size {size} (accelerate launch / torchrun): one "
             "engine per rank is not built yet; use run.backend=ray (a RolloutWorker per device) or rollout.backend=hf"
         )
+    plan = plan_stages(config)
+    for index, (stage, folder) in enumerate(plan):  # pairs from trees need the tree stage right before
+        if stage == "madpo_from_trees" and (index == 0 or plan[index - 1][0] != "at_grpo"):
+            before = plan[index - 1][1] if index else "nothing"
+            raise ConfigError(
+                f"`pipeline`: stage `madpo_from_trees` ({folder}) learns from the trees of the `at_grpo` stage right "
+                f"before it, but follows {before}; e.g. pipeline=[sft, at_grpo, madpo_from_trees, at_grpo, eval]"
+            )
+        if stage == "madpo_from_trees" and config["at_grpo"]["sampling_mode"] != "tree":
+            raise ConfigError(
+                "`at_grpo.sampling_mode` is 'independent', whose whole-trajectory groups share no prefix: stage "
+                "`madpo_from_trees` needs tree sampling (at_grpo.sampling_mode=tree)"
+            )
     run_dir, progress = Path(config["run"]["output_dir"]), bool(config["run"]["progress"])
-    return {folder: STAGE_SETTINGS[stage](stage, config, run_dir / folder, progress) for stage, folder in plan_stages(config)}
+    return {folder: STAGE_SETTINGS[stage](stage, config, run_dir / folder, progress) for stage, folder in plan}
 
 
 # ================================================================================= the pipeline
@@ -445,6 +461,8 @@ class Pipeline:
                 context = StageContext(
                     stage, folder, self.config, policy, self.run_dir, worker, resume=self.resume,
                     progress=self.progress and main, settings=self.settings[folder], generation=generation,
+                    previous_folder=self.plan[index - 2][1] if index > 1 else None,
+                    next_stage=self.plan[index][0] if index < total else None,
                 )
                 if main:
                     context.stage_dir.mkdir(parents=True, exist_ok=True)

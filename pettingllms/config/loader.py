@@ -72,12 +72,13 @@ CONFIG_DIR = Path(__file__).resolve().parent
 DEFAULTS_FILE = CONFIG_DIR / "defaults.yaml"
 RESOLVED_CONFIG_FILE = "config.yaml"
 LEVELS: tuple[str, ...] = ("L0", "L1", "L2", "L3")
-STAGES: tuple[str, ...] = ("sft", "at_grpo", "grpo", "madpo", "marlhf", "eval")
+STAGES: tuple[str, ...] = ("sft", "at_grpo", "grpo", "madpo", "marlhf", "madpo_from_trees", "eval")
 # Stage sections whose schema is a comlrl config class: every field of the class is a key of the section, at
 # its default (generated, :func:`config_stage_defaults`), but the fields the pipeline sets itself.
 CONFIG_STAGES: dict[str, tuple[str, str]] = {
     "madpo": ("comlrl.trainers.preference", "MADPOIterConfig"),
     "marlhf": ("comlrl.trainers.preference", "MARLHFIterConfig"),
+    "madpo_from_trees": ("comlrl.trainers.preference", "MADPOIterConfig"),
 }
 # Fields of those classes the pipeline sets, and the key that sets them (a section key naming one is an error).
 PIPELINE_OWNED_FIELDS: dict[str, str] = {

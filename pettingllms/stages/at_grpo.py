@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from comlrl.seeding import derive_seed
 from comlrl.trainers.core.validation import check_float, check_int
 from pettingllms.config.loader import ConfigError, section_to_dataclass
 from pettingllms.stages.context import StageContext, workflow_env
@@ -92,10 +93,12 @@ def at_grpo_config(stage: str, config: Mapping[str, Any], output_dir: str | Path
     rollout, run, policy = config["rollout"], config["run"], config["policy"]
     values = {k: v for k, v in config[stage].items() if k not in STAGE_KEYS}
     values.update({name: rollout[key] for name, key in ROLLOUT_FIELDS.items()})
+    folder = Path(output_dir).name
     values.update(
         policy_level=policy["level"],
         agent_policies=dict(policy["agents"]),
-        seed=run["seed"],
+        # A repeat of the stage (folder at_grpo_2, ...) draws other problems than the first: its own seed.
+        seed=run["seed"] if folder == stage else derive_seed(run["seed"], "stage", folder) % 2**31,
         report_to=run["report_to"],
         output_dir=str(output_dir),
         disable_tqdm=not progress,
@@ -177,12 +180,35 @@ class _LimitReached(Exception):
 class _LimitedTrainer(ATGRPOTrainer):
     """The trainer, stopping at the stage's limits and evaluating held-out success along the way."""
 
-    def __init__(self, config, *, limits: TrainingLimits, evaluate: Callable[[], Mapping[str, float]], **kwargs) -> None:
+    def __init__(
+        self, config, *, limits: TrainingLimits, evaluate: Callable[[], Mapping[str, float]],
+        tree_pairs: tuple[Path, Mapping[str, Any]] | None = None, **kwargs,
+    ) -> None:
         super().__init__(config, **kwargs)
         self.limits = limits
         self.evaluate_held_out = evaluate
         self.counter: CompletionCounter | None = None
         self.started = time.perf_counter()
+        self.tree_pairs = tree_pairs  # (folder, pair settings): write each step's pairs for madpo_from_trees
+
+    def generate_and_score(self, problem_ids, step):
+        batch = super().generate_and_score(problem_ids, step)
+        if self.tree_pairs is not None:
+            self._write_tree_pairs(batch.samples, step)
+        return batch
+
+    def _write_tree_pairs(self, samples, step: int) -> None:
+        """Step ``step``'s preference pairs (:mod:`pettingllms.trainer.tree_pairs`) as its round file."""
+        import random
+
+        from comlrl.seeding import derive_seed
+        from pettingllms.trainer.tree_pairs import tree_pairs, write_step_pairs
+
+        folder, options = self.tree_pairs
+        decode = lambda s: self.policy.handle(s.policy).tokenizer.decode(s.prompt_ids)  # noqa: E731
+        rng = random.Random(derive_seed(self.config.seed, "tree_pairs", step))
+        pairs = tree_pairs(samples, len(self.engine.agents), decode, rng=rng, **options)
+        write_step_pairs(folder, step, pairs)
 
     def train(self, resume_from_checkpoint: str | bool | None = None) -> list[dict[str, float]]:
         self.started = time.perf_counter()
@@ -214,6 +240,12 @@ def run_at_grpo(context: StageContext) -> dict[str, float]:
     settings = context.settings_or(at_grpo_settings)
     config = context.config
     name, fields, options = workflow_env(config, purpose="train")
+    tree_pairs = None
+    if context.next_stage == "madpo_from_trees" and dist.is_main_process():
+        from pettingllms.stages.madpo_from_trees import tree_pair_settings
+        from pettingllms.trainer.tree_pairs import TREE_PAIRS_DIR
+
+        tree_pairs = (context.stage_dir / TREE_PAIRS_DIR, tree_pair_settings(config))
     # `run.backend: ray`: rollouts on EnvWorkers / RolloutWorkers, updates on UpdateWorkers (same results).
     with stage_workers(config, context.policy, settings.trainer, name, fields, options) as system:
         trainer = _LimitedTrainer(
@@ -222,6 +254,7 @@ def run_at_grpo(context: StageContext) -> dict[str, float]:
             evaluate=lambda: evaluate_policy(context.router(), config, context.env_worker)[0],
             policy=context.policy,
             backend=context.generation if system is None else None,
+            tree_pairs=tree_pairs,
             env_name=name,
             env_config=fields,
             agent_options=options,

@@ -34,7 +34,7 @@ __all__ = [
     "workflow_env",
 ]
 
-RL_STAGES = ("at_grpo", "grpo", "madpo", "marlhf")
+RL_STAGES = ("at_grpo", "grpo", "madpo", "marlhf", "madpo_from_trees")
 TRAINING_STAGES = ("sft", *RL_STAGES)
 
 # (stage, resolved config, stage folder, progress) -> the stage's checked settings.
@@ -63,6 +63,8 @@ class StageContext:
     progress: bool = True
     settings: Any = None
     generation: Any = None
+    previous_folder: str | None = None  # the folder of the stage run right before this one (None: first)
+    next_stage: str | None = None  # the stage that runs right after this one (None: last)
 
     @property
     def stage_dir(self) -> Path:

@@ -228,8 +228,10 @@ def test_switching_env_checks_keys_against_the_new_env():
 # ---- shipped configs -------------------------------------------------------------------------------
 
 # Shipped configs that are not named after their level, with the level they run at.
-NAMED_CONFIGS = {"plan_path/quickstart": "L1", **{f"code/{d}": "L1" for d in ("apps", "codecontests", "humaneval", "livecodebench", "mbpp")},
-                 **{f"math/{d}": "L1" for d in ("arith", "gsm8k", "math500", "aime24", "aime25", "olympiadbench")}}
+NAMED_CONFIGS = {"plan_path/quickstart": "L1", "plan_path/L1_hybrid": "L1",
+                 **{f"code/{d}": "L1" for d in ("apps", "codecontests", "humaneval", "livecodebench", "mbpp")},
+                 **{f"math/{d}": "L1" for d in ("arith", "gsm8k", "math500", "aime24", "aime25", "olympiadbench",
+                                                "arith_hybrid")}}
 # The roles of each environment's multi-agent workflow (L0 is always the `single` role alone).
 TEAM_ROLES = {"code": ["code_generator", "test_generator"], "math": ["tool_generator", "reasoning_generator"]}
 

@@ -97,7 +97,7 @@ class MADPOTrainer(PreferenceTrainerBase):
 
         One padded forward per agent scores its winner and loser completions together.
         """
-        margins = []
+        margins: list[torch.Tensor | None] = []
         device = None
         for a, agent in enumerate(self.agent_names):
             handle = self.policy.handle(agent)
@@ -105,6 +105,9 @@ class MADPOTrainer(PreferenceTrainerBase):
             completions = [pair.winner_token_ids[a] for pair in batch] + [
                 pair.loser_token_ids[a] for pair in batch
             ]
+            if not any(completions):  # the agent did not act (pairs from a tree's decision point): margin 0
+                margins.append(None)
+                continue
             with self.policy.activate(agent), scoring_mode(handle.model, self.args.disable_dropout):
                 logprobs, mask = completion_logprobs(
                     handle.model,
@@ -117,7 +120,8 @@ class MADPOTrainer(PreferenceTrainerBase):
             margin = pair_margins(sequence_logprob_sums(logprobs, mask), len(batch))
             device = margin.device if device is None else device
             margins.append(margin.to(device))
-        return torch.stack(margins)
+        zeros = torch.zeros(len(batch), device=device if device is not None else "cpu")
+        return torch.stack([zeros if m is None else m for m in margins])
 
     def training_step(self, batch: Sequence[PreferencePair], where: str = "") -> dict[str, float] | None:
         """One MADPO update of every agent on ``batch``; returns its metrics (None when skipped)."""

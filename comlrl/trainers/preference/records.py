@@ -3,7 +3,8 @@
 A round is stored as ``iteration_NNNN.json`` (1-based) holding
 ``{"format_version": 1, "iteration": n, "num_pairs": N, "pairs": [record, ...]}`` (no ``format_version``:
 version 1, written before it existed; ``iteration`` is the number in the name), where each record has exactly
-the nine fields of :data:`RECORD_FIELDS`. Beside it, ``iteration_NNNN.ids.bin`` (the *sidecar*) holds the byte
+the nine fields of :data:`RECORD_FIELDS`, plus the :data:`OPTIONAL_RECORD_FIELDS` ``turn`` / ``agent`` where a
+pair was taken inside a multi-turn episode (files without them read as before). Beside it, ``iteration_NNNN.ids.bin`` (the *sidecar*) holds the byte
 span of every record inside the JSON file and every record's sampled token ids, so a replay draw reads
 only the records it drew and trains on the ids they were sampled with. Both files are written
 atomically, the sidecar first: a round file without a sidecar came from elsewhere, and its pairs are
@@ -51,6 +52,9 @@ RECORD_FIELDS = (
     "comparator_raw_reward",
 )
 _RECORD_FIELD_SET = frozenset(RECORD_FIELDS)
+# Written only when set: where in a multi-turn episode a pair was taken (pettingllms' pairs from AT-GRPO
+# trees: the 0-based turn and the acting agent's index, whose answer alone differs between the two sides).
+OPTIONAL_RECORD_FIELDS = ("turn", "agent")
 TOKEN_ID_FIELDS = ("prompt_token_ids", "winner_token_ids", "loser_token_ids")
 
 # One entry per agent; an entry is None where that agent's ids are unknown (text from outside).
@@ -96,6 +100,8 @@ class PreferencePair:
     prompt_token_ids: TokenIds = field(default=None, repr=False)
     winner_token_ids: TokenIds = field(default=None, repr=False)
     loser_token_ids: TokenIds = field(default=None, repr=False)
+    turn: int | None = None
+    agent: int | None = None
 
     def __post_init__(self) -> None:
         n = len(self.prompts)
@@ -135,6 +141,7 @@ class PreferencePair:
             "raw_rewards": [float(r) for r in self.raw_rewards],
             "target_raw_reward": _optional_float(self.target_raw_reward),
             "comparator_raw_reward": _optional_float(self.comparator_raw_reward),
+            **{name: int(getattr(self, name)) for name in OPTIONAL_RECORD_FIELDS if getattr(self, name) is not None},
         }
 
     @classmethod
@@ -142,12 +149,13 @@ class PreferencePair:
         """Build a pair from a JSON record (it has no token ids yet); errors name the bad field."""
         if not isinstance(record, dict):
             raise ValueError(f"a preference record must be a JSON object, got {type(record).__name__}")
-        if record.keys() != _RECORD_FIELD_SET:
+        if record.keys() - set(OPTIONAL_RECORD_FIELDS) != _RECORD_FIELD_SET:
             missing = [name for name in RECORD_FIELDS if name not in record]
             if missing:
                 raise ValueError(f"record is missing field(s) {', '.join(repr(m) for m in missing)}")
-            unknown = sorted(set(record) - _RECORD_FIELD_SET)
+            unknown = sorted(set(record) - _RECORD_FIELD_SET - set(OPTIONAL_RECORD_FIELDS))
             raise ValueError(f"record has unknown field(s) {', '.join(repr(u) for u in unknown)}")
+        where = {name: _optional_index(record[name], name) for name in OPTIONAL_RECORD_FIELDS if name in record}
         texts = {name: _text_list(record, name) for name in RECORD_FIELDS[:3]}
         raw = record["raw_rewards"]
         if not isinstance(raw, list):
@@ -164,6 +172,7 @@ class PreferencePair:
             raw_rewards=[_number(r, f"raw_rewards[{i}]") for i, r in enumerate(raw)],
             target_raw_reward=_optional_number(record["target_raw_reward"], "target_raw_reward"),
             comparator_raw_reward=_optional_number(record["comparator_raw_reward"], "comparator_raw_reward"),
+            **where,
         )
 
     def ensure_token_ids(self, tokenizers: Any, *, append_eos: bool = False) -> PreferencePair:
@@ -212,6 +221,14 @@ def _encode(tokenizer: Any, text: str, is_prompt: bool, append_eos: bool, agent:
             )
         ids.append(int(eos))
     return ids
+
+
+def _optional_index(value: Any, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < 0:
+        raise ValueError(f"record field {name!r} must be an integer >= 0 or null, got {value!r}")
+    return int(value)
 
 
 def _optional_float(value: float | None) -> float | None:
