@@ -44,6 +44,12 @@ from comlrl.atomic_io import atomic_write_text
 from comlrl.trainers.core.validation import closest_name
 from pettingllms.config.env_section import ENV_KEYS, STAGE_SET_ENV_FIELDS, env_arguments
 from pettingllms.config.errors import ConfigError
+from pettingllms.config.stage_sections import (
+    CONFIG_STAGES,
+    PIPELINE_OWNED_FIELDS,
+    config_stage_defaults,
+    secret_fields,
+)
 
 __all__ = [
     "CONFIG_DIR",
@@ -73,31 +79,6 @@ DEFAULTS_FILE = CONFIG_DIR / "defaults.yaml"
 RESOLVED_CONFIG_FILE = "config.yaml"
 LEVELS: tuple[str, ...] = ("L0", "L1", "L2", "L3")
 STAGES: tuple[str, ...] = ("sft", "at_grpo", "grpo", "madpo", "marlhf", "madpo_from_trees", "eval")
-# Stage sections whose schema is a comlrl config class: every field of the class is a key of the section, at
-# its default (generated, :func:`config_stage_defaults`), but the fields the pipeline sets itself.
-CONFIG_STAGES: dict[str, tuple[str, str]] = {
-    "madpo": ("comlrl.trainers.preference", "MADPOIterConfig"),
-    "marlhf": ("comlrl.trainers.preference", "MARLHFIterConfig"),
-    "madpo_from_trees": ("comlrl.trainers.preference", "MADPOIterConfig"),
-}
-# Fields of those classes the pipeline sets, and the key that sets them (a section key naming one is an error).
-PIPELINE_OWNED_FIELDS: dict[str, str] = {
-    "seed": "run.seed",
-    "output_dir": "run.output_dir (the stage writes into <run.output_dir>/<stage folder>)",
-    "logging_dir": "run.output_dir (the stage's logs stay in its folder)",
-    "run_name": "run.output_dir",
-    "report_to": "run.report_to",
-    "num_agents": "env.turn_order (one agent per role)",
-    "disable_tqdm": "run.progress",
-}
-# Fields whose default here is the pipeline's (null: take it from the rollout section, a number: the stage's).
-PIPELINE_FIELD_DEFAULTS: dict[str, Any] = {
-    "max_new_tokens": None,  # null: rollout.max_completion_length
-    "temperature": None,  # null: rollout.temperature
-    "top_p": None,  # null: rollout.top_p
-    "logging_steps": 1,
-    "eval_interval": 0,  # the pipeline's eval stages measure success
-}
 # Keys with a non-null default that may also be null (what null means is the key's own documentation).
 NULLABLE_KEYS: frozenset[tuple[str, ...]] = frozenset({("eval", "num_instances")})
 BASE_KEY = "base"
@@ -210,7 +191,7 @@ def _unknown_key(path: Sequence[str], key: str, known: Iterable[str], where: str
             f"`{path[0]}.{key}` is the pipeline's: it is set from `{PIPELINE_OWNED_FIELDS[key]}`{source}; "
             "set that key instead"
         )
-    if len(path) == 1 and path[0] in CONFIG_STAGES and key in _secret_fields(path[0]):
+    if len(path) == 1 and path[0] in CONFIG_STAGES and key in secret_fields(path[0]):
         return ConfigError(
             f"`{path[0]}.{key}` would be written into the run's config.yaml{source}; name the environment "
             f"variable that holds it with `{path[0]}.{key}_env` instead"
@@ -402,40 +383,6 @@ def env_field_defaults(env_name: str) -> dict[str, Any]:
         if field.name in STAGE_SET_ENV_FIELDS:
             continue
         if field.default is not dataclasses.MISSING:
-            out[field.name] = _yaml_value(field.default)
-        elif field.default_factory is not dataclasses.MISSING:
-            out[field.name] = _yaml_value(field.default_factory())
-        else:
-            out[field.name] = None
-    return out
-
-
-def _config_class(stage: str) -> type:
-    import importlib
-
-    module, name = CONFIG_STAGES[stage]
-    return getattr(importlib.import_module(module), name)
-
-
-def _secret_fields(stage: str) -> tuple[str, ...]:
-    """Fields of a stage's class that hold secrets (a literal API key): no config keys, since the resolved
-    config is saved into the run folder."""
-    return tuple(getattr(_config_class(stage), "_secret_fields", ()))
-
-
-@functools.cache
-def config_stage_defaults(stage: str) -> dict[str, Any]:
-    """Every field of stage ``stage``'s comlrl config class (:data:`CONFIG_STAGES`) at its default, the
-    pipeline's own defaults for :data:`PIPELINE_FIELD_DEFAULTS` and without :data:`PIPELINE_OWNED_FIELDS`
-    (a copy is returned; the class is read once)."""
-    config_class = _config_class(stage)
-    out: dict[str, Any] = {}
-    for field in dataclasses.fields(config_class):
-        if not field.init or field.name in PIPELINE_OWNED_FIELDS or field.name in _secret_fields(stage):
-            continue
-        if field.name in PIPELINE_FIELD_DEFAULTS:
-            out[field.name] = PIPELINE_FIELD_DEFAULTS[field.name]
-        elif field.default is not dataclasses.MISSING:
             out[field.name] = _yaml_value(field.default)
         elif field.default_factory is not dataclasses.MISSING:
             out[field.name] = _yaml_value(field.default_factory())

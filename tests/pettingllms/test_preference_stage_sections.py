@@ -10,7 +10,7 @@ import pytest
 
 from comlrl.trainers.preference import MADPOIterConfig, MARLHFIterConfig
 from pettingllms.config import ConfigError, load_config
-from pettingllms.config.loader import PIPELINE_OWNED_FIELDS
+from pettingllms.config.stage_sections import PIPELINE_OWNED_FIELDS
 from pettingllms.pipeline import check_pipeline
 
 CLASSES = {"madpo": MADPOIterConfig, "marlhf": MARLHFIterConfig}
