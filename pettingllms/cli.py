@@ -7,7 +7,7 @@
     pettingllms plan CONFIG [section.key=value ...] [--json] [--device-memory GIB] [--resources CPU=N,GPU=M]
     pettingllms configs
     pettingllms envs
-    pettingllms dataprocess {sudoku-bank,demos,code,math} ...
+    pettingllms dataprocess {sudoku-bank,demos,code,math,search} ...
 
 CONFIG is a YAML file or a shipped config named ``<env>/<name>`` (``plan_path/L1``, ``plan_path/quickstart``;
 ``pettingllms configs`` lists them). Also reachable as ``python -m pettingllms ...``. Bad input (a config,
@@ -148,7 +148,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     for name, module, text in (
         ("train", train, "run a config's pipeline (sft, at_grpo, grpo, madpo, marlhf, eval)"),
         ("eval", evaluate, "held-out success of saved policies or a scripted policy (oracle, random)"),
-        ("dataprocess", dataprocess, "pre-generate puzzle banks, demonstration sets and normalised code and math benchmarks"),
+        ("dataprocess", dataprocess, "pre-generate puzzle banks, demonstration sets, normalised code, math and QA benchmarks, search indexes"),
     ):
         command = sub.add_parser(
             name, help=text, description=help_text(module.__doc__ or text),

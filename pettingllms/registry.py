@@ -308,8 +308,22 @@ for _role, _class in (("tool_generator", "ToolGenerationAgent"), ("reasoning_gen
     register_agent(f"math.{_role}", f"pettingllms.envs.math.agents:{_class}")
 del _role, _class
 # Environments added one block each (search, household, webshop, the two puzzles); keep the markers.
-# [search]
-# [household]
-# [webshop]
-# [puzzles]
+register_env("search", "pettingllms.envs.search.env:SearchEnv")
+for _role, _class in (("web_search_agent", "WebSearchAgent"), ("search_reasoning_agent", "SearchReasoningAgent"),
+                      ("single", "SearchSingleAgent")):
+    register_agent(f"search.{_role}", f"pettingllms.envs.search.agents:{_class}")
+del _role, _class
+register_env("household", "pettingllms.envs.household.env:HouseholdEnv")
+for _role, _class in (("planner", "PlannerAgent"), ("actor", "ActorAgent"), ("single", "HouseholdSingleAgent")):
+    register_agent(f"household.{_role}", f"pettingllms.envs.household.agents:{_class}")
+del _role, _class
+register_env("webshop", "pettingllms.envs.webshop.env:WebShopEnv")
+for _role, _class in (("searcher", "SearcherAgent"), ("buyer", "BuyerAgent"), ("single", "WebShopSingleAgent")):
+    register_agent(f"webshop.{_role}", f"pettingllms.envs.webshop.agents:{_class}")
+del _role, _class
+for _env, _prefix in (("eight_queens", "EightQueens"), ("blocksworld", "Blocksworld")):
+    register_env(_env, f"pettingllms.envs.{_env}.env:{_prefix}Env")
+    for _role, _suffix in (("tool", "ToolAgent"), ("plan", "PlanAgent"), ("single", "SingleAgent")):
+        register_agent(f"{_env}.{_role}", f"pettingllms.envs.{_env}.agents:{_prefix}{_suffix}")
+del _env, _prefix, _role, _suffix
 register_worker("sandbox", "pettingllms.sandbox.pool:SandboxPool")

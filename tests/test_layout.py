@@ -24,6 +24,12 @@ REEXPORT_MODULES = (
     "comlrl.trainers.preference.oracle",
     "comlrl.trainers.preference.comparators.centralized",
     "comlrl.trainers.actor_critic.critics",
+    # The public library's import paths (users' scripts import from them).
+    "comlrl.trainers.preference.collaboration",
+    "comlrl.trainers.preference.centralized",
+    "comlrl.utils",
+    "comlrl.utils.reward_utils",
+    "comlrl.utils.reference_kl",
 )
 # Modules written before the 600-line rule for new modules; they stay under MAX_LINES.
 OLDER_MODULES_OVER_600 = {

@@ -1,8 +1,9 @@
 """comlrl trainers: preference learning (MADPO, MARLHF), the MAGRPO family and actor-critic.
 
-As in the public library, ``MADPOConfig``, ``MADPOTrainer``, ``MARLHFConfig``, ``MARLHFTrainer`` and
-``JointRewardModel`` are re-exported here (with the MAGRPO, IAC and MAAC trainers and configs); they load
-on first access, so ``import comlrl.trainers`` stays light.
+As in the public library, the preference trainers (``MADPOConfig``, ``MADPOTrainer``, ``MARLHFConfig``,
+``MARLHFTrainer``, ``JointRewardModel``), the MAGRPO family (MAGRPO, MAREINFORCE, MAReMax, MARLOO) and the
+actor-critic trainers (IAC, MAAC, ``ActorCriticTrainerBase``) are re-exported here; they load on first
+access, so ``import comlrl.trainers`` stays light.
 """
 
 import importlib
@@ -16,6 +17,13 @@ _LAZY = {
     "JointRewardModel": "comlrl.trainers.preference",
     "MAGRPOConfig": "comlrl.trainers.reinforce",
     "MAGRPOTrainer": "comlrl.trainers.reinforce",
+    "MAREINFORCEConfig": "comlrl.trainers.reinforce",
+    "MAREINFORCETrainer": "comlrl.trainers.reinforce",
+    "MAReMaxConfig": "comlrl.trainers.reinforce",
+    "MAReMaxTrainer": "comlrl.trainers.reinforce",
+    "MARLOOConfig": "comlrl.trainers.reinforce",
+    "MARLOOTrainer": "comlrl.trainers.reinforce",
+    "ActorCriticTrainerBase": "comlrl.trainers.actor_critic",
     "IACConfig": "comlrl.trainers.actor_critic",
     "IACTrainer": "comlrl.trainers.actor_critic",
     "MAACConfig": "comlrl.trainers.actor_critic",

@@ -1,4 +1,4 @@
-"""``pettingllms dataprocess {sudoku-bank,demos,code,math}``: pre-generate data a run can read instead of making it.
+"""``pettingllms dataprocess {sudoku-bank,demos,code,math,search}``: pre-generate data a run can read instead of making it.
 
 - ``sudoku-bank --size 9 --count 200 [--first-seed 0] [--givens N] [--output FILE]``: a bank of
   unique-solution Sudoku puzzles (``env.source=bank`` reads it; default: the packaged bank file of that size);
@@ -15,7 +15,14 @@
   math500, aime24, aime25, aime_past, olympiadbench, polaris, dapo): a maths benchmark read from a local file
   (JSONL, JSON, parquet, CSV or a ``datasets.save_to_disk`` folder) and written in the normalised layout
   (:mod:`pettingllms.envs.math.data`) to ``DIR/<split>.jsonl``, default ``$PETTINGLLMS_DATA/math/<dataset>/``;
-  ``--level`` keeps only that difficulty label (MATH's ``Level 5`` or ``5``; repeatable).
+  ``--level`` keeps only that difficulty label (MATH's ``Level 5`` or ``5``; repeatable);
+- ``search --corpus PATH [--output DIR]``: the BM25 index (:mod:`pettingllms.envs.search.bm25`) of a retrieval
+  corpus in the common JSONL form (``{"id", "contents"}`` lines, FlashRAG / Search-R1), built once and
+  memory-mapped by the runs that read it, default ``$PETTINGLLMS_DATA/search/index/``;
+  ``search --dataset NAME --source PATH [--split SPLIT] [--output DIR]`` (NAME: nq, hotpotqa, 2wiki, musique,
+  bamboogle): a question-answering benchmark (FlashRAG JSONL, parquet or a ``save_to_disk`` folder) written in the
+  normalised layout (:mod:`pettingllms.envs.search.data`) to ``DIR/<split>.jsonl``, default
+  ``$PETTINGLLMS_DATA/search/<dataset>/``.
 """
 
 from __future__ import annotations
@@ -26,14 +33,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 __all__ = [
-    "add_arguments", "main", "run", "write_code_split", "write_demonstrations", "write_math_split", "write_sudoku_bank",
+    "add_arguments", "main", "run", "write_code_split", "write_demonstrations", "write_math_split", "write_search_index",
+    "write_search_split", "write_sudoku_bank",
 ]
 
 MATH_DATASETS = ("gsm8k", "math", "math500", "aime24", "aime25", "aime_past", "olympiadbench", "polaris", "dapo")
+SEARCH_DATASETS = ("nq", "hotpotqa", "2wiki", "musique", "bamboogle")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="what", required=True, metavar="{sudoku-bank,demos,code,math}")
+    sub = parser.add_subparsers(dest="what", required=True, metavar="{sudoku-bank,demos,code,math,search}")
     bank = sub.add_parser("sudoku-bank", help="pre-generate a Sudoku puzzle bank")
     bank.add_argument("--size", type=int, default=9)
     bank.add_argument("--count", type=int, default=200)
@@ -57,6 +66,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     maths.add_argument("--split", default=None, help="split label (default: from the file name, or the dataset's own)")
     maths.add_argument("--level", action="append", default=None, help="keep only this level label (repeatable)")
     maths.add_argument("--output", type=Path, default=None, help="folder for <split>.jsonl (default: under $PETTINGLLMS_DATA)")
+    search = sub.add_parser("search", help="build the BM25 index of a retrieval corpus, or normalise a QA benchmark")
+    search.add_argument("--corpus", type=Path, default=None, help="JSONL corpus of {id, contents} lines: build its BM25 index")
+    search.add_argument("--dataset", default=None, choices=SEARCH_DATASETS, help="normalise this QA benchmark (with --source)")
+    search.add_argument("--source", type=Path, default=None, help="local JSONL / JSON / parquet / save_to_disk folder")
+    search.add_argument("--split", default=None, help="split label (default: from the file name, or the dataset's own)")
+    search.add_argument("--output", type=Path, default=None,
+                        help="the index folder (default $PETTINGLLMS_DATA/search/index), or the folder for <split>.jsonl")
 
 
 def write_sudoku_bank(size: int, count: int, output: str | Path | None = None, first_seed: int = 0, givens: int | None = None) -> Path:
@@ -141,6 +157,56 @@ def write_math_split(
     return write_jsonl(folder / f"{label}.jsonl", problems), len(problems)
 
 
+def write_search_index(corpus: str | Path, output: str | Path | None = None) -> tuple[Path, int]:
+    """Build the BM25 index of a corpus file into ``output`` (default ``$PETTINGLLMS_DATA/search/index``); returns
+    (folder, passage count)."""
+    from pettingllms.envs.search.bm25 import build_index
+    from pettingllms.envs.search.corpus import CorpusError
+    from pettingllms.envs.search.env import default_index_dir
+    from pettingllms.scripts.guard import UsageError
+
+    try:
+        return build_index(corpus, Path(output) if output is not None else default_index_dir(), progress=True)
+    except (CorpusError, OSError) as error:
+        raise UsageError(f"dataprocess search: {error}") from error
+
+
+def write_search_split(
+    dataset: str, source: str | Path, split: str | None = None, output: str | Path | None = None,
+) -> tuple[Path, int]:
+    """Normalise one split of a QA benchmark into ``output/<split>.jsonl``; returns (path, question count)."""
+    from pettingllms.envs.search.data import SearchDataError, load_problems, normalised_path, write_jsonl
+    from pettingllms.scripts.guard import UsageError
+
+    try:
+        problems = load_problems(dataset, source, split)
+    except SearchDataError as error:
+        raise UsageError(f"dataprocess search: {error}") from error
+    if not problems:
+        raise UsageError(f"dataprocess search: no {dataset} questions in {source}")
+    label = split or problems[0].split
+    folder = Path(output) if output is not None else normalised_path(dataset, label).parent
+    return write_jsonl(folder / f"{label}.jsonl", problems), len(problems)
+
+
+def _search(args: argparse.Namespace) -> None:
+    from pettingllms.scripts.guard import UsageError
+
+    if (args.corpus is None) == (args.dataset is None):
+        raise UsageError("dataprocess search: give --corpus PATH (build a BM25 index) or --dataset NAME --source PATH "
+                         "(normalise a QA benchmark), one of the two")
+    if args.corpus is not None:
+        if args.source is not None or args.split is not None:
+            raise UsageError("dataprocess search: --source and --split go with --dataset, not --corpus")
+        target, count = write_search_index(args.corpus, args.output)
+        print(f"indexed {count} passages of {args.corpus} into {target}")
+        return
+    if args.source is None:
+        raise UsageError(f"dataprocess search: --dataset {args.dataset} needs --source PATH (a local file or folder)")
+    target, count = write_search_split(args.dataset, args.source, args.split, args.output)
+    print(f"wrote {count} {args.dataset} questions to {target}")
+
+
 def run(args: argparse.Namespace) -> int:
     if args.what == "sudoku-bank":
         target = write_sudoku_bank(args.size, args.count, args.output, args.first_seed, args.givens)
@@ -153,6 +219,8 @@ def run(args: argparse.Namespace) -> int:
     elif args.what == "math":
         target, count = write_math_split(args.dataset, args.source, args.split, args.level, args.output)
         print(f"wrote {count} {args.dataset} problems to {target}")
+    elif args.what == "search":
+        _search(args)
     else:
         counts = write_demonstrations(args.config, args.output, args.overrides)
         print(f"wrote {sum(counts.values())} demonstrations ({counts}) to {args.output}")

@@ -219,8 +219,8 @@ def test_actor_critic_constructor_and_config_errors(tiny_model_path, tmp_path):
         )
     alias = MAACTrainer(model=tiny_model_path, reward_func=reward, args=MAACConfig(**common(tmp_path)))
     assert alias.num_agents == 2
-    with pytest.raises(ValueError, match="num_generations"):
-        MAACConfig(critic_type="q", num_generations=1)
+    # Accepted with one response per item, as in the public library (advantage R - Q(h, a)).
+    assert MAACConfig(critic_type="q", num_generations=1, num_turns=1).critic_type == "q"
     with pytest.raises(ValueError, match="critic_type"):
         IACConfig(critic_type="x")
     with pytest.raises(ValueError, match="critic_devices"):

@@ -298,7 +298,7 @@ def test_hf_dataset_chat_formatters_and_batch_items_reward(tiny_model_path, tmp_
     "kwargs, error, match",
     [
         (dict(agent_model="M", reward_func=None), ValueError, "reward_func"),
-        (dict(reward_func=varied_reward), ValueError, "Either `agent_model` or `agents`"),
+        (dict(reward_func=varied_reward), ValueError, "Either agent_model or agents must be provided"),
         (dict(agent_model="a", agents=["b", "b"], reward_func=varied_reward), ValueError, "conflict"),
         (
             dict(agent_model="M", reward_func=varied_reward, external_transition=object()),

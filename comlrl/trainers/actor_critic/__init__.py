@@ -1,21 +1,36 @@
 """Single-turn actor-critic trainers on the task reward: IAC (a critic per agent) and MAAC (one centralized
-critic); also MARLHF's ``rl_algorithm="iac"`` / ``"maac"`` backends. Trainers load on first access."""
+critic); also MARLHF's ``rl_algorithm="iac"`` / ``"maac"`` backends. Trainers load on first access.
+
+``ActorCriticTrainerBase`` is the public library's name of the base both trainers share (ours:
+:class:`~comlrl.trainers.actor_critic.iac.ActorCriticTrainer`, the public constructor).
+"""
 
 import importlib
 from typing import Any
 
 from comlrl.trainers.actor_critic.config import ActorCriticConfig, IACConfig, MAACConfig
 
+# name -> (module, the object's name there)
 _LAZY = {
-    "IACTrainer": "comlrl.trainers.actor_critic.iac",
-    "MAACTrainer": "comlrl.trainers.actor_critic.maac",
-    "ValueModel": "comlrl.trainers.core.critics",
+    "ActorCriticTrainerBase": ("comlrl.trainers.actor_critic.iac", "ActorCriticTrainer"),
+    "IACTrainer": ("comlrl.trainers.actor_critic.iac", "IACTrainer"),
+    "MAACTrainer": ("comlrl.trainers.actor_critic.maac", "MAACTrainer"),
+    "ValueModel": ("comlrl.trainers.core.critics", "ValueModel"),
 }
 
-__all__ = ["ActorCriticConfig", "IACConfig", "IACTrainer", "MAACConfig", "MAACTrainer", "ValueModel"]
+__all__ = [
+    "ActorCriticConfig",
+    "ActorCriticTrainerBase",
+    "IACConfig",
+    "IACTrainer",
+    "MAACConfig",
+    "MAACTrainer",
+    "ValueModel",
+]
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        module, attribute = _LAZY[name]
+        return getattr(importlib.import_module(module), attribute)
     raise AttributeError(f"module 'comlrl.trainers.actor_critic' has no attribute {name!r}")

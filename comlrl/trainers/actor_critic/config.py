@@ -9,10 +9,17 @@ Field names and defaults follow the public CoMLRL 1.4.3 configs. The shared fiel
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
+from comlrl.rl import CRITIC_TYPES
 from comlrl.trainers.core.config import CriticFields, TrainerConfig, ValueHeadFields
 from comlrl.trainers.core.rl_config import OnlineRLConfig
-from comlrl.trainers.core.validation import check_device_count, override_field
+from comlrl.trainers.core.validation import (
+    canonical_choice,
+    check_device_count,
+    override_field,
+    public_wording,
+)
 
 __all__ = ["ActorCriticConfig", "IACConfig", "MAACConfig"]
 
@@ -23,7 +30,9 @@ class ActorCriticConfig(CriticFields, OnlineRLConfig):
     Fields shared by [`IACConfig`] and [`MAACConfig`] (not used on its own): every [`OnlineRLConfig`]
     parameter with the actor-critic defaults `num_train_epochs=40`, `num_generations=1`,
     `rollout_buffer_size=8`, `top_k=None` and `logging_steps=1`, and the [`CriticFields`] parameters with
-    `critic_learning_rate=5e-6`.
+    `critic_learning_rate=5e-6`. `critic_type="q"` works with any `num_generations`, as in the public
+    library: with one response per item the advantage is `R − Q(h, a)` (the public meaning, Q in place of
+    V), with two or more it is `Q(h, a) − mean Q` over the item's responses.
     """
 
     num_train_epochs: int = override_field(TrainerConfig, "num_train_epochs", 40, "(actor-critic: 40)")
@@ -35,20 +44,32 @@ class ActorCriticConfig(CriticFields, OnlineRLConfig):
         CriticFields, "critic_learning_rate", 5e-6, "(actor-critic: 5e-6)"
     )
 
+    # The public IAC / MAAC constructor rules, read by the team and critic builders (core.team,
+    # core.critics): `agents` must hold `num_agents` models and come with a tokenizer, and the critic
+    # sources follow the public actor-critic wording.
+    actor_critic_constructor_rules: ClassVar[bool] = True
+
     def _normalize(self) -> None:
         super()._normalize()
         self._normalize_critic()
+
+    def _normalize_critic(self) -> None:
+        self.critic_type = canonical_choice(
+            "critic_type", self.critic_type, CRITIC_TYPES, public="critic_type must be one of: 'v', 'q'."
+        )
+        super()._normalize_critic()
+
+    def _validate_num_generations(self) -> None:
+        try:
+            super()._validate_num_generations()
+        except ValueError as error:
+            raise ValueError(public_wording(str(error), "num_generations must be >= 1.")) from None
 
     def _validate(self) -> None:
         super()._validate()
         self._check_fields("critic_model_name", "critic_learning_rate", "critic_devices")
         check_device_count("critic_devices", self.critic_devices, self.num_agents)
         self._check_fields("value_loss_coef", "value_clip_range", "critic_value_head_hidden_dim")
-        if self.critic_type == "q" and self.num_generations < 2:
-            raise ValueError(
-                "`num_generations` must be >= 2 with critic_type='q': the advantage Q(h, a) - mean Q over the"
-                f" item's responses is 0 with one response; got {self.num_generations}"
-            )
 
     @property
     def uses_critic(self) -> bool:
@@ -72,9 +93,11 @@ class IACConfig(ValueHeadFields, ActorCriticConfig):
         super()._validate()
         self._check_fields("use_separate_critic", "value_head_hidden_dim")
         if self.parallel_training == "mp" and self.use_separate_critic and self.critic_devices is None:
-            raise ValueError(
+            message = (
                 "`critic_devices` is required when `parallel_training='mp'` and use_separate_critic=True"
             )
+            public = "parallel_training='mp' requires explicit critic_devices when use_separate_critic=True."
+            raise ValueError(public_wording(message, public))
 
     @property
     def rl_algorithm(self) -> str:
@@ -96,7 +119,10 @@ class MAACConfig(ActorCriticConfig):
     def _validate(self) -> None:
         super()._validate()
         if self.parallel_training == "mp" and self.critic_devices is None:
-            raise ValueError("`critic_devices` is required when `parallel_training='mp'`")
+            message = "`critic_devices` is required when `parallel_training='mp'`"
+            raise ValueError(
+                public_wording(message, "parallel_training='mp' requires explicit critic_devices.")
+            )
 
     @property
     def rl_algorithm(self) -> str:

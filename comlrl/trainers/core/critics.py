@@ -16,7 +16,9 @@ texts longer than the backbone's ``max_position_embeddings`` keep their tail. Cr
 (MAAC: every agent's prompt, and the joint response for Q).
 
 :func:`build_critics` builds a trainer's critics from the public sources (see
-:func:`resolve_critic_sources`) onto ``critic_devices``.
+:func:`resolve_critic_sources`) onto ``critic_devices``; :func:`check_critic_sources` checks those keywords
+without loading anything (a trainer calls it before it loads its agents). Where the public library rejects
+a critic keyword, its sentence is part of the message.
 """
 
 from __future__ import annotations
@@ -32,8 +34,22 @@ from torch import nn
 
 from comlrl.seeding import derive_seed
 from comlrl.trainers.core.models import hidden_size, last_token_index
+from comlrl.trainers.core.validation import public_wording
 
-__all__ = ["ValueModel", "agent_critic_text", "build_critics", "joint_critic_text", "resolve_critic_sources"]
+# The public library's sentence for a MARLHF critic without a source.
+_MARLHF_MISSING_CRITIC = (
+    "critic_model_name must be provided for MARLHF with MAAC/IAC when agent models are objects."
+)
+
+__all__ = [
+    "ValueModel",
+    "agent_critic_text",
+    "build_critics",
+    "check_critic_sources",
+    "critic_count",
+    "joint_critic_text",
+    "resolve_critic_sources",
+]
 
 
 def agent_critic_text(prompt: str, response: str | None = None) -> str:
@@ -148,38 +164,108 @@ class ValueModel(nn.Module):
         return {k: v.detach().cpu().clone() for k, v in self.state_dict().items()}
 
 
+def critic_count(args: Any, num_agents: int) -> int:
+    """Critics of the config's backend: one (maac), else one per agent (iac)."""
+    return 1 if args.rl_algorithm == "maac" else num_agents
+
+
+def check_critic_sources(
+    args: Any, critic_model: Any, critics: Sequence[Any] | None, num_agents: int
+) -> None:
+    """The critic keywords of a trainer with ``num_agents`` agents, checked without loading anything (the
+    rules of :func:`resolve_critic_sources` and :func:`build_critics`); a no-op for a config without critics
+    (whose trainer rejects critic keywords itself)."""
+    if not getattr(args, "uses_critic", False):
+        return
+    if args.rl_algorithm == "iac" and not args.use_separate_critic:
+        _check_no_critic_sources(critic_model, critics)
+        return
+    _explicit_critic_sources(critic_model, critics, critic_count(args, num_agents))
+
+
 def resolve_critic_sources(
     critic_model: Any,
     critics: Sequence[Any] | None,
     count: int,
     critic_model_name: str | None,
     actor_names: Sequence[str | None],
+    *,
+    public: str = _MARLHF_MISSING_CRITIC,
 ) -> list[Any]:
     """One critic source per critic: ``critics`` (one per critic), else ``critic_model`` for every critic,
-    else ``critic_model_name``, else the agents' model name; a clear error when none is usable."""
-    if critic_model is not None and critics is not None:
-        raise ValueError("give either `critic_model` or `critics`, not both")
-    if critics is not None:
-        if isinstance(critics, (str, os.PathLike, nn.Module)) or not isinstance(critics, Sequence):
-            raise ValueError(f"`critics` must be a list of critic sources, got {type(critics).__name__}")
-        critics = list(critics)
-        if len(critics) == 1 and count > 1:
-            critics = critics * count
-        if len(critics) != count:
-            raise ValueError(f"`critics` must hold {count} critic source(s), got {len(critics)}")
-        return critics
-    if critic_model is not None:
-        return [critic_model] * count
+    else ``critic_model_name``, else the agents' model name; a clear error when none is usable. Both
+    ``critic_model`` and ``critics`` may be given when they name the same model (as in the public
+    library). ``public``: the public library's sentence when no source is usable."""
+    explicit = _explicit_critic_sources(critic_model, critics, count)
+    if explicit is not None:
+        return explicit
     if critic_model_name is not None:
         return [critic_model_name] * count
     if actor_names and all(isinstance(n, str) and n for n in actor_names):
         names = list(actor_names)
         return [names[i % len(names)] for i in range(count)]
     raise ValueError(
-        "`critic_model_name` must be set (or pass `critic_model` / `critics`): the actors were given as "
-        "model "
-        "objects without a name, so there is no model to build the critic from"
+        public_wording(
+            "`critic_model_name` must be set (or pass `critic_model` / `critics`): the actors were given as "
+            "model objects without a name, so there is no model to build the critic from",
+            public,
+        )
     )
+
+
+def _critics_label(count: int) -> str:
+    """The public library's name of the expected critic count."""
+    return "1 critic" if count == 1 else f"num_agents ({count})"
+
+
+def _explicit_critic_sources(
+    critic_model: Any, critics: Sequence[Any] | None, count: int
+) -> list[Any] | None:
+    """The sources ``critic_model`` / ``critics`` give (None when neither is given), checked: ``critics``
+    holds exactly ``count`` entries, none None; with ``critic_model`` too, every entry names that model."""
+    if critics is None:
+        return None if critic_model is None else [critic_model] * count
+    label = _critics_label(count)
+    if isinstance(critics, (str, bytes, os.PathLike, nn.Module)) or not isinstance(critics, Sequence):
+        public = (
+            f"Cannot provide both critic_model and critics unless critics is a list of {label} model names."
+            if critic_model is not None
+            else "critics must be a non-empty sequence."
+        )
+        message = f"`critics` must be a list of {count} critic source(s), got {type(critics).__name__}"
+        raise ValueError(public_wording(message, public))
+    critics = list(critics)
+    if len(critics) != count:
+        message = f"`critics` must hold {count} critic source(s) (one per critic), got {len(critics)}"
+        raise ValueError(public_wording(message, f"critics length ({len(critics)}) must match {label}."))
+    missing = [i for i, c in enumerate(critics) if c is None]
+    if missing:
+        raise ValueError(
+            public_wording(f"`critics[{missing[0]}]` is None", "critics entries must be non-null.")
+        )
+    if critic_model is None:
+        return critics
+    named = isinstance(critic_model, (str, os.PathLike)) and all(
+        isinstance(c, (str, os.PathLike)) and os.fspath(c) == os.fspath(critic_model) for c in critics
+    )
+    if not named:
+        labels = [os.fspath(c) if isinstance(c, (str, os.PathLike)) else type(c).__name__ for c in critics]
+        mine = (
+            os.fspath(critic_model)
+            if isinstance(critic_model, (str, os.PathLike))
+            else type(critic_model).__name__
+        )
+        message = "`critic_model` and `critics` conflict: give one of them, or the same model name in both"
+        raise ValueError(public_wording(message, f"critic_model and critics conflict: {mine} != {labels}."))
+    return critics
+
+
+def _check_no_critic_sources(critic_model: Any, critics: Sequence[Any] | None) -> None:
+    if critic_model is not None or critics is not None:
+        message = "`critic_model` / `critics` need use_separate_critic=True (iac)"
+        raise ValueError(
+            public_wording(message, "critics can only be provided when use_separate_critic=True.")
+        )
 
 
 def build_critics(trainer: Any, critic_model: Any, critics: Sequence[Any] | None) -> list[ValueModel]:
@@ -190,8 +276,7 @@ def build_critics(trainer: Any, critic_model: Any, critics: Sequence[Any] | None
     algorithm, seed = args.rl_algorithm, args.seed
     built: list[ValueModel] = []
     if algorithm == "iac" and not args.use_separate_critic:
-        if critic_model is not None or critics is not None:
-            raise ValueError("`critic_model` / `critics` need use_separate_critic=True (iac)")
+        _check_no_critic_sources(critic_model, critics)
         for a in range(trainer.num_agents):
             handle = trainer.policy.handle(a)
             built.append(
@@ -204,9 +289,14 @@ def build_critics(trainer: Any, critic_model: Any, critics: Sequence[Any] | None
                 )
             )
     else:
-        count = 1 if algorithm == "maac" else trainer.num_agents
+        count = critic_count(args, trainer.num_agents)
         sources = resolve_critic_sources(
-            critic_model, critics, count, args.critic_model_name, trainer.actor_names
+            critic_model,
+            critics,
+            count,
+            args.critic_model_name,
+            trainer.actor_names,
+            public=_missing_wording(args),
         )
         devices = critic_devices(args.critic_devices, [str(trainer.policy.device(a)) for a in range(count)])
         used: list[nn.Module] = []
@@ -228,6 +318,15 @@ def build_critics(trainer: Any, critic_model: Any, critics: Sequence[Any] | None
     for critic in built:
         critic.train(False)
     return built
+
+
+def _missing_wording(args: Any) -> str:
+    """The public sentence for a critic without a source: the IAC / MAAC constructors' or MARLHF's."""
+    if not getattr(args, "actor_critic_constructor_rules", False):
+        return _MARLHF_MISSING_CRITIC
+    if args.rl_algorithm == "maac":
+        return "Either critic_model or critics must be provided for MAAC."
+    return "Either critic_model or critics must be provided when use_separate_critic=True."
 
 
 def critic_devices(spec: Any, agent_devices: Sequence[str]) -> list[str]:

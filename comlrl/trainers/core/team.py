@@ -1,7 +1,12 @@
 """The team of a multi-agent trainer, built from the public CoMLRL keywords: one model source per agent
 (``agent_model`` / ``agents``), devices (``agent_devices``, ``parallel_training``), model loading options and
 special tokens (``model_config``), tokenizers, a LoRA arrangement (``lora_config``) or a prebuilt ``policy``;
-plus the prompt formatters, the datasets as item lists, and the team's public on-disk layout (``agent_i/``)."""
+plus the prompt formatters, the datasets as item lists, and the team's public on-disk layout (``agent_i/``).
+
+Every keyword is checked before any model is loaded, and where the public CoMLRL library rejects a value its
+sentence is part of the message (:func:`~comlrl.trainers.core.validation.public_wording`). A config with
+``actor_critic_constructor_rules`` (the IAC / MAAC configs) also gets the public actor-critic rules:
+``agents`` holds exactly ``num_agents`` models and comes with a ``tokenizer``."""
 
 from __future__ import annotations
 
@@ -17,8 +22,10 @@ import torch
 from torch import nn
 
 from comlrl.policy import MultiAgentPolicy
+from comlrl.trainers.core.validation import public_wording
 
 __all__ = [
+    "agent_count",
     "agent_sources",
     "as_items",
     "build_team",
@@ -57,17 +64,23 @@ def build_team(
                 f"got {policy.num_agents}"
             )
         return policy, [None] * policy.num_agents
-    sources = agent_sources(agent_model, agents, 1 if centralized else num_agents)
-    actor_names = [source_name(s) for s in sources]
-    if centralized and len(sources) != 1:
+    if centralized and agents is not None and (_is_source_list(agents) and len(agents) != 1):
         raise ValueError(
-            "Centralized collaboration requires exactly one actor model: `agents` must hold one model, "
-            f"got {len(sources)}"
+            "Centralized collaboration requires exactly one actor model. `agents` must hold one model, "
+            f"got {len(agents)}"
         )
+    rules = bool(getattr(args, "actor_critic_constructor_rules", False)) and not centralized
+    sources = agent_sources(agent_model, agents, 1 if centralized else num_agents, exact_count=rules)
+    if rules and agents is not None and tokenizer is None:
+        raise ValueError(
+            "Tokenizer must be provided when using agents. `tokenizer` is None while `agents` is given "
+            f"({type(args).__name__} follows the public actor-critic rules)"
+        )
+    actor_names = [source_name(s) for s in sources]
     count = len(sources)
     names = [f"agent_{i}" for i in range(count)]
     load_kwargs, special_tokens = _model_loading_options(dict(model_config or {}))
-    tokenizers = _tokenizer_list(tokenizer, count)
+    tokenizers = _tokenizer_list(tokenizer, count, centralized=centralized, per_source=agents is not None)
     devices = resolve_devices(args.agent_devices, count, args.parallel_training)
 
     if lora_config is not None:
@@ -99,6 +112,25 @@ def build_team(
     return team, actor_names
 
 
+def agent_count(
+    agents: Sequence[Any] | None,
+    num_agents: int,
+    policy: MultiAgentPolicy | None,
+    args: Any,
+    *,
+    centralized: bool,
+) -> int:
+    """How many agents (roles, under centralized collaboration) the keywords ask for, known before any model
+    is loaded: what the prompt formatters are checked against."""
+    if centralized:
+        return int(args.num_agents)
+    if isinstance(policy, MultiAgentPolicy):
+        return policy.num_agents
+    if agents is not None and _is_source_list(agents):
+        return len(agents)
+    return num_agents
+
+
 def save_agent_folders(policy: MultiAgentPolicy, agent_names: Sequence[str], directory: Path) -> None:
     """``directory/agent_i/`` for every agent, as the public library writes them (model and tokenizer
     ``save_pretrained``; a LoRA agent's folder holds its adapter and tokenizer, the base goes to
@@ -124,33 +156,65 @@ def save_agent_folders(policy: MultiAgentPolicy, agent_names: Sequence[str], dir
         handle.tokenizer.save_pretrained(target)
 
 
-def agent_sources(agent_model: Any, agents: Sequence[Any] | None, num_agents: int) -> list[Any]:
-    """One model source per agent from the public ``agent_model`` / ``agents`` keywords."""
+def agent_sources(
+    agent_model: Any, agents: Sequence[Any] | None, num_agents: int, *, exact_count: bool = False
+) -> list[Any]:
+    """One model source per agent from the public ``agent_model`` / ``agents`` keywords: ``agents`` (of
+    ``num_agents`` entries when ``exact_count`` or when ``agent_model`` is given too, which must then name
+    the same model), else ``agent_model`` for each of ``num_agents`` agents."""
     if agent_model is None and agents is None:
-        raise ValueError("Either `agent_model` or `agents` must be provided")
+        raise ValueError(
+            "Either agent_model or agents must be provided. Got `agent_model`=None and `agents`=None."
+        )
     if agents is None:
         if not isinstance(agent_model, (str, os.PathLike, nn.Module)):
-            raise ValueError(
+            message = (
                 "`agent_model` must be a model name, a local path or a model object to create homogeneous "
                 f"agents, got {type(agent_model).__name__}"
             )
+            raise ValueError(
+                public_wording(message, "agent_model should be a string to create homogeneous agents")
+            )
         return [agent_model] * num_agents
-    if isinstance(agents, (str, os.PathLike, nn.Module)) or not isinstance(agents, Sequence):
-        raise ValueError(
-            f"`agents` must be a list of model names or model objects, got {type(agents).__name__}"
-        )
+    if not _is_source_list(agents) or not agents:
+        if agent_model is not None and not _is_source_list(agents):
+            public = (
+                "Cannot provide both agent_model and agents unless agents is a list of "
+                f"num_agents ({num_agents}) model names."
+            )
+        else:
+            public = "agents must be a non-empty sequence."
+        message = f"`agents` must be a non-empty list of model names or model objects, got {agents!r:.80}"
+        raise ValueError(public_wording(message, public))
     agents = list(agents)
-    if not agents:
-        raise ValueError("`agents` must name at least one model")
+    missing = [i for i, a in enumerate(agents) if a is None]
+    if missing:
+        raise ValueError(
+            public_wording(f"`agents[{missing[0]}]` is None", "agents entries must be non-null.")
+        )
+    if (exact_count or agent_model is not None) and len(agents) != num_agents:
+        why = "`agent_model` is given too" if agent_model is not None else "one model per agent"
+        message = f"`agents` must hold num_agents ({num_agents}) models ({why}), got {len(agents)}"
+        public = f"agents length ({len(agents)}) must match num_agents ({num_agents})."
+        raise ValueError(public_wording(message, public))
     if agent_model is None:
         return agents
     if not isinstance(agent_model, (str, os.PathLike)) or any(
         not isinstance(a, (str, os.PathLike)) or str(a) != str(agent_model) for a in agents
     ):
-        raise ValueError(
-            "`agent_model` and `agents` conflict: give one of them, or the same model name in both"
-        )
+        message = "`agent_model` and `agents` conflict: give one of them, or the same model name in both"
+        public = f"agent_model and agents conflict: {_label(agent_model)} != {[_label(a) for a in agents]}."
+        raise ValueError(public_wording(message, public))
     return [agent_model] * num_agents
+
+
+def _is_source_list(value: Any) -> bool:
+    """A list or tuple of model sources (a name, a path or one model object is a single source)."""
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes, os.PathLike, nn.Module))
+
+
+def _label(source: Any) -> str:
+    return os.fspath(source) if isinstance(source, (str, os.PathLike)) else type(source).__name__
 
 
 def source_name(source: Any) -> str | None:
@@ -192,15 +256,16 @@ def resolve_formatters(formatters: Any, count: int) -> list[Callable[[Any], Any]
         return [formatters] * count
     if isinstance(formatters, (list, tuple)):
         if len(formatters) != count:
-            raise ValueError(
-                f"`formatters` must hold one formatter per agent ({count}), got {len(formatters)}"
-            )
+            message = f"`formatters` must hold one formatter per agent ({count}), got {len(formatters)}"
+            public = "Number of formatters must match num_agents when providing a sequence."
+            raise ValueError(public_wording(message, public))
         for i, f in enumerate(formatters):
             if not callable(f):
                 raise ValueError(f"`formatters[{i}]` must be callable, got {type(f).__name__}")
         return list(formatters)
+    message = f"`formatters` must be None, a callable or a list of callables, got {type(formatters).__name__}"
     raise ValueError(
-        f"`formatters` must be None, a callable or a list of callables, got {type(formatters).__name__}"
+        public_wording(message, "formatters must be None, a callable, or a sequence of callables.")
     )
 
 
@@ -261,16 +326,25 @@ def _model_loading_options(model_config: dict[str, Any]) -> tuple[dict[str, Any]
     return kwargs, list(special)
 
 
-def _tokenizer_list(tokenizer: Any, count: int) -> list[Any]:
-    if isinstance(tokenizer, (list, tuple)):
-        if len(tokenizer) == 1:
-            return list(tokenizer) * count
-        if len(tokenizer) != count:
-            raise ValueError(
-                f"`tokenizer` must be one tokenizer or a list of {count} (one per agent), got {len(tokenizer)}"
-            )
-        return list(tokenizer)
-    return [tokenizer] * count
+def _tokenizer_list(
+    tokenizer: Any, count: int, *, centralized: bool = False, per_source: bool = False
+) -> list[Any]:
+    """One tokenizer per actor: one tokenizer serves all; a list holds one per actor (with ``agent_model``
+    a list of one serves all, as the public library then loads one tokenizer for every agent)."""
+    if not isinstance(tokenizer, (list, tuple)):
+        return [tokenizer] * count
+    if centralized and len(tokenizer) != 1:
+        message = f"`tokenizer` must be one tokenizer (the one actor model), got a list of {len(tokenizer)}"
+        raise ValueError(public_wording(message, "Centralized collaboration requires one actor tokenizer."))
+    if len(tokenizer) == 1 and not per_source:
+        return list(tokenizer) * count
+    if len(tokenizer) != count:
+        message = (
+            f"`tokenizer` must be one tokenizer or a list of {count} (one per agent), got a list of "
+            f"{len(tokenizer)}"
+        )
+        raise ValueError(public_wording(message, "tokenizers length must match agents."))
+    return list(tokenizer)
 
 
 def _load_one(source: Any, tokenizer: Any, device: str, load_kwargs: dict, args: Any, field: str):
@@ -288,10 +362,16 @@ def _load_one(source: Any, tokenizer: Any, device: str, load_kwargs: dict, args:
         if tokenizer is None:
             folder = getattr(model, "name_or_path", "") or ""
             if not folder or not Path(folder).is_dir():
-                raise ValueError(
+                message = (
                     f"`tokenizer` must be provided when agents are model objects (`{field}` was not loaded "
                     "from a local folder)"
                 )
+                public = (
+                    "Tokenizer must be provided when model is a PreTrainedModel instance."
+                    if field == "agent_model"
+                    else "Tokenizer(s) must be provided when agents are model objects."
+                )
+                raise ValueError(public_wording(message, public))
             tokenizer = load_tokenizer(folder)
     elif isinstance(source, (str, os.PathLike)):
         path = resolve_model_path(source, seed=args.seed)

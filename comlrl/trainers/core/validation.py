@@ -4,7 +4,10 @@ Each check raises a ValueError whose message starts with the field in backticks.
 because both are released and tested: comlrl's trainer configs say what failed (``must be an integer`` for
 the kind, ``must be >= 1`` for the bound; :func:`canonical_choice` lists ``one of: a, b``), pettingllms'
 configs spell out both (``must be an integer >= 1``: pass ``spell_out=True``; :func:`check_choice` lists
-``one of ['a', 'b']``). :func:`strict_from_dict` (or the :class:`StrictFromDict` mixin) is the one
+``one of ['a', 'b']``). Where the public CoMLRL library rejects the same value, its sentence follows ours
+in parentheses (:func:`public_wording`: the checks take ``public=``; the device checks always add it), so
+code matching either wording keeps matching. :func:`strict_from_dict` (or the :class:`StrictFromDict`
+mixin) is the one
 ``from_dict`` of every dataclass config: unknown keys are an error naming the class, those keys and the
 known fields, with the closest field (:func:`closest_name`) where one is near.
 """
@@ -37,9 +40,26 @@ __all__ = [
     "normalize_devices",
     "normalize_mapping",
     "override_field",
+    "public_wording",
     "strict_from_dict",
     "warn",
 ]
+
+
+# --------------------------------------------------------------------------------------------------
+# The public library's wording
+# --------------------------------------------------------------------------------------------------
+
+
+def public_wording(message: str, public: str | None) -> str:
+    """``message`` followed by the public CoMLRL library's sentence for the same rejection, in parentheses
+    (users of that library match on it); ``message`` itself when there is none."""
+    return f"{message} ({public})" if public else message
+
+
+def _bound_sentence(name: str, bounds: str, optional: bool) -> str:
+    """The public library's sentence of a one-sided bound: ``x must be >= 1.``, ``x must be > 0 or null.``"""
+    return f"{name} must be {bounds}{' or null' if optional else ''}."
 
 
 # --------------------------------------------------------------------------------------------------
@@ -48,15 +68,22 @@ __all__ = [
 
 
 def canonical_choice(
-    name: str, value: Any, choices: tuple[str, ...], aliases: dict[str, str] | None = None
+    name: str,
+    value: Any,
+    choices: tuple[str, ...],
+    aliases: dict[str, str] | None = None,
+    *,
+    public: str | None = None,
 ) -> str:
-    """``value`` lower-cased, stripped and de-aliased; a ValueError naming ``name`` unless in ``choices``."""
+    """``value`` lower-cased, stripped and de-aliased; a ValueError naming ``name`` unless in ``choices``
+    (``public``: the public library's sentence for it, appended)."""
     aliases = aliases or {}
     key = value.strip().lower() if isinstance(value, str) else None
     key = aliases.get(key, key)
     if key not in choices:
         hint = f" (aliases: {', '.join(f'{a} -> {t}' for a, t in aliases.items())})" if aliases else ""
-        raise ValueError(f"`{name}` must be one of: {', '.join(choices)}{hint}, got {value!r}")
+        message = f"`{name}` must be one of: {', '.join(choices)}{hint}, got {value!r}"
+        raise ValueError(public_wording(message, public))
     return key
 
 
@@ -78,21 +105,27 @@ def check_int(
     *,
     optional: bool = False,
     spell_out: bool = False,
+    public: bool | str = False,
 ) -> None:
-    """An integer (not a bool), at least ``minimum``; ``None`` too with ``optional``."""
+    """An integer (not a bool), at least ``minimum``; ``None`` too with ``optional``. ``public``: append the
+    public library's sentence (``True``: ``name must be >= minimum[ or null].``; a string: that sentence)."""
     if value is None and optional:
         return
     is_int = not isinstance(value, bool) and isinstance(value, Integral)
+    if public is True:
+        public = _bound_sentence(name, f">= {minimum}", optional) if minimum is not None else None
+    public = public or None
     if spell_out:
         if not is_int or (minimum is not None and value < minimum):
             bound = "" if minimum is None else f" >= {minimum}"
-            raise ValueError(f"`{name}` must be an integer{bound}, got {value!r}")
+            raise ValueError(public_wording(f"`{name}` must be an integer{bound}, got {value!r}", public))
         return
     if not is_int:
         kind = "an integer or None" if optional else "an integer"
-        raise ValueError(f"`{name}` must be {kind}, got {value!r}")
+        raise ValueError(public_wording(f"`{name}` must be {kind}, got {value!r}", public))
     if minimum is not None and value < minimum:
-        raise ValueError(f"`{name}` must be >= {minimum}{' or None' if optional else ''}, got {value}")
+        message = f"`{name}` must be >= {minimum}{' or None' if optional else ''}, got {value}"
+        raise ValueError(public_wording(message, public))
 
 
 def _bounds(gt: float | None, ge: float | None, le: float | None, lt: float | None) -> str:
@@ -118,10 +151,37 @@ def check_float(
     lt: float | None = None,
     optional: bool = False,
     spell_out: bool = False,
+    public: bool | str = False,
 ) -> None:
-    """A finite real number (not a bool) within the given bounds; ``None`` too with ``optional``."""
+    """A finite real number (not a bool) within the given bounds; ``None`` too with ``optional``.
+    ``public``: append the public library's sentence (``True``, for one bound: ``name must be > 0[ or
+    null].``; a string: that sentence)."""
     if value is None and optional:
         return
+    bounds = dict(gt=gt, ge=ge, le=le, lt=lt)
+    if not public:
+        _check_float(name, value, **bounds, optional=optional, spell_out=spell_out)
+        return
+    try:
+        _check_float(name, value, **bounds, optional=optional, spell_out=spell_out)
+    except ValueError as error:
+        if public is True:
+            text = _bounds(gt, ge, le, lt)
+            public = _bound_sentence(name, text, optional) if text and not text.startswith("in ") else None
+        raise ValueError(public_wording(str(error), public)) from None
+
+
+def _check_float(
+    name: str,
+    value: Any,
+    *,
+    gt: float | None,
+    ge: float | None,
+    le: float | None,
+    lt: float | None,
+    optional: bool,
+    spell_out: bool,
+) -> None:
     is_number = not isinstance(value, bool) and isinstance(value, Real) and math.isfinite(value)
     in_bounds = is_number and (
         (gt is None or value > gt)
@@ -179,7 +239,8 @@ def check_devices(name: str, value: str | list[str] | None) -> None:
         return
     entries = [value] if isinstance(value, str) else value
     if not entries:
-        raise ValueError(f"`{name}` must not be an empty list")
+        public = f"{name} must be a non-empty list or 'auto'."
+        raise ValueError(public_wording(f"`{name}` must not be an empty list", public))
     import torch  # only to parse device strings; torch is a core dependency
 
     for entry in entries:
@@ -195,11 +256,12 @@ def check_device_count(name: str, value: str | list[str] | None, num_models: int
     """A device list has one entry (shared) or one per model."""
     if not isinstance(value, list) or len(value) in (1, num_models):
         return
+    public = f"{name} length ({len(value)}) must be 1 or {num_models}."
     if num_models == 1:
-        raise ValueError(f"`{name}` must have 1 entry (one actor model), got {len(value)}")
-    raise ValueError(
-        f"`{name}` must have 1 or {num_models} entries (one device, or one per agent), got {len(value)}"
-    )
+        message = f"`{name}` must have 1 entry (one actor model), got {len(value)}"
+        raise ValueError(public_wording(message, public))
+    message = f"`{name}` must have 1 or {num_models} entries (one device, or one per agent), got {len(value)}"
+    raise ValueError(public_wording(message, public))
 
 
 def normalize_mapping(name: str, value: Any) -> dict[str, Any] | None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from comlrl.reporting import REPORT_TO_CHOICES
-from comlrl.rl import ESTIMATORS, RL_ALGORITHM_ESTIMATORS
+from comlrl.rl import CRITIC_TYPES, ESTIMATORS, RL_ALGORITHM_ESTIMATORS
 from comlrl.trainers.core.config import (
     COLLABORATION_MODES,
     GENERATION_MODE_ALIASES,
@@ -40,6 +40,7 @@ from comlrl.trainers.core.validation import (
     check_str,
     help_field,
     override_field,
+    public_wording,
     warn,
 )
 from comlrl.trainers.core.vllm_fields import VLLMFields
@@ -175,22 +176,35 @@ class MADPOConfig(VLLMFields, TrainerConfig):
     # -- step 1: canonical values -------------------------------------------------------------------
     def _normalize_choices(self) -> None:
         self.collaboration_mode = canonical_choice(
-            "collaboration_mode", self.collaboration_mode, COLLABORATION_MODES, GENERATION_MODE_ALIASES
+            "collaboration_mode",
+            self.collaboration_mode,
+            COLLABORATION_MODES,
+            GENERATION_MODE_ALIASES,
+            public="collaboration_mode must be decentralized or centralized.",
         )
         super()._normalize_choices()
         self.pair_selection = validate_pair_selection(
             self.pair_selection, self.preference_pairs_per_sample, iterative=self._iterative
         )
-        self.advantage_mode = canonical_choice("advantage_mode", self.advantage_mode, ESTIMATORS)
+        self.advantage_mode = canonical_choice(
+            "advantage_mode",
+            self.advantage_mode,
+            ESTIMATORS,
+            public="advantage_mode must be one of: mean, raw, max, rloo.",
+        )
 
     # -- step 3: rules ------------------------------------------------------------------------------
     def _validate_episode(self) -> None:
-        check_int("preference_num_candidates", self.preference_num_candidates, 2)
+        check_int("preference_num_candidates", self.preference_num_candidates, 2, public=True)
+        turns = self.num_turns
+        if isinstance(turns, int) and not isinstance(turns, bool) and turns != 1:
+            public = "num_turns must be >= 1." if turns < 1 else "MADPO currently supports num_turns=1 only."
+            raise ValueError(public_wording(f"`num_turns` must be 1: {self._single_turn_note}; got {turns}", public))
         super()._validate_episode()
 
     def _validate_training(self) -> None:
         self._check_fields("num_train_epochs", "agent_learning_rate")
-        check_float("dpo_beta", self.dpo_beta, gt=0)
+        check_float("dpo_beta", self.dpo_beta, gt=0, public=True)
         self._check_fields(
             "rollout_buffer_size",
             "train_batch_size",
@@ -198,7 +212,7 @@ class MADPOConfig(VLLMFields, TrainerConfig):
             "max_nonfinite_losses_in_a_row",
             "use_environment_step",
         )
-        check_int("environment_steps_per_pair", self.environment_steps_per_pair, 1)
+        check_int("environment_steps_per_pair", self.environment_steps_per_pair, 1, public=True)
         self._check_fields("advantage_normalization", "reference_kl_enabled", "reference_kl_coef")
 
     def _warn_ineffective(self) -> None:
@@ -302,7 +316,11 @@ class MARLHFConfig(RLStageFields, CriticFields, ValueHeadFields, MADPOConfig):
     def _normalize(self) -> None:
         super()._normalize()
         self.rl_algorithm = canonical_choice(
-            "rl_algorithm", self.rl_algorithm, RL_ALGORITHMS, RL_ALGORITHM_ALIASES
+            "rl_algorithm",
+            self.rl_algorithm,
+            RL_ALGORITHMS,
+            RL_ALGORITHM_ALIASES,
+            public="rl_algorithm must be one of: magrpo, mareinforce, maremax, marloo, maac, iac.",
         )
         self._normalize_rl_stage()
         self._normalize_critic()
@@ -329,10 +347,10 @@ class MARLHFConfig(RLStageFields, CriticFields, ValueHeadFields, MADPOConfig):
         if self.reward_model_device is not None:
             check_str("reward_model_device", self.reward_model_device)
             check_devices("reward_model_device", self.reward_model_device)
-        check_float("reward_learning_rate", self.reward_learning_rate, gt=0)
-        check_int("reward_num_train_epochs", self.reward_num_train_epochs, 1)
-        check_int("reward_train_batch_size", self.reward_train_batch_size, 1)
-        check_int("reward_max_length", self.reward_max_length, 1, optional=True)
+        check_float("reward_learning_rate", self.reward_learning_rate, gt=0, public=True)
+        check_int("reward_num_train_epochs", self.reward_num_train_epochs, 1, public=True)
+        check_int("reward_train_batch_size", self.reward_train_batch_size, 1, public=True)
+        check_int("reward_max_length", self.reward_max_length, 1, optional=True, public=True)
         check_bool("reward_freeze_backbone", self.reward_freeze_backbone)
         check_float("reward_eval_fraction", self.reward_eval_fraction, ge=0, lt=1)
 
@@ -352,6 +370,23 @@ class MARLHFConfig(RLStageFields, CriticFields, ValueHeadFields, MADPOConfig):
         if self.uses_critic:
             return 1, "maac/iac"
         return 2, f"rl_algorithm={self.rl_algorithm!r} (a group baseline)"
+
+    def _validate_num_generations(self) -> None:
+        public = (
+            "num_generations must be >= 1."
+            if self.uses_critic
+            else "num_generations must be >= 2 for MAGRPO-family MARLHF backends."
+        )
+        try:
+            super()._validate_num_generations()
+        except ValueError as error:
+            raise ValueError(public_wording(str(error), public)) from None
+
+    def _normalize_critic(self) -> None:
+        self.critic_type = canonical_choice(
+            "critic_type", self.critic_type, CRITIC_TYPES, public="critic_type must be one of: v, q."
+        )
+        super()._normalize_critic()
 
     def _warn_ineffective(self) -> None:
         super()._warn_ineffective()
@@ -458,6 +493,7 @@ class MARLHFIterConfig(_IterativePreferenceConfig, MARLHFConfig):
             self.preference_scoring_reward,
             SCORING_REWARDS,
             SCORING_REWARD_ALIASES,
+            public="preference_scoring_reward must be one of: task, reward_model.",
         )
 
     def _validate(self) -> None:

@@ -22,6 +22,7 @@ from comlrl.trainers.core.validation import (
     help_field,
     normalize_devices,
     normalize_mapping,
+    public_wording,
     warn,
 )
 from comlrl.trainers.preference.replay import normalize_replay_mode, validate_replay_options
@@ -266,13 +267,18 @@ class _IterativePreferenceConfig:
     def _normalize(self) -> None:
         super()._normalize()  # type: ignore[misc]
         self.comparator_policy = canonical_choice(
-            "comparator_policy", self.comparator_policy, COMPARATOR_POLICIES, COMPARATOR_POLICY_ALIASES
+            "comparator_policy",
+            self.comparator_policy,
+            COMPARATOR_POLICIES,
+            COMPARATOR_POLICY_ALIASES,
+            public="comparator_policy must be one of: current, current_copy, model, history, api.",
         )
         self.comparator_generation_mode = canonical_choice(
             "comparator_generation_mode",
             self.comparator_generation_mode,
             COLLABORATION_MODES,
             GENERATION_MODE_ALIASES,
+            public="comparator_generation_mode must be one of: decentralized, centralized.",
         )
         self.comparator_api_format = canonical_choice(
             "comparator_api_format", self.comparator_api_format, KNOWN_FORMATS, API_FORMAT_ALIASES
@@ -299,7 +305,7 @@ class _IterativePreferenceConfig:
 
     def _validate(self) -> None:
         super()._validate()  # type: ignore[misc]
-        check_int("num_iterations", self.num_iterations, 1)
+        check_int("num_iterations", self.num_iterations, 1, public=True)
         self._validate_comparator()
         self._validate_api()
         # One validator for the replay options, shared with the replay buffer (it resolves mode aliases).
@@ -320,25 +326,32 @@ class _IterativePreferenceConfig:
     def _validate_comparator(self) -> None:
         policy = self.comparator_policy
         index = self.comparator_centralized_agent_index
-        check_int("comparator_centralized_agent_index", index, 0)
+        check_int("comparator_centralized_agent_index", index, 0, public=True)
         if self.collaboration_mode == "centralized" and index != 0:
-            raise ValueError(
+            message = (
                 "`comparator_centralized_agent_index` must be 0 with collaboration_mode='centralized' "
                 f"(there is only one actor model), got {index}"
             )
+            raise ValueError(public_wording(message, "Centralized collaboration has only actor index 0."))
         if self.comparator_generation_mode == "centralized" and index >= self.num_agents:
-            raise ValueError(
+            message = (
                 f"`comparator_centralized_agent_index` must be < num_agents ({self.num_agents}), got {index}"
             )
+            public = "comparator_centralized_agent_index must be smaller than num_agents."
+            raise ValueError(public_wording(message, public))
 
         has_name = self.comparator_model_name is not None
         has_agents = self.comparator_agents is not None
         if policy == "model":
             if not has_name and not has_agents:
-                raise ValueError(
+                message = (
                     "`comparator_model_name` or `comparator_agents` is required when "
                     "comparator_policy='model'"
                 )
+                public = (
+                    "comparator_model_name or comparator_agents is required when comparator_policy='model'."
+                )
+                raise ValueError(public_wording(message, public))
             if has_name and has_agents:
                 raise ValueError(
                     "give one of `comparator_model_name` (one model for all agents) and `comparator_agents` "
@@ -346,9 +359,13 @@ class _IterativePreferenceConfig:
                 )
         elif has_name or has_agents:
             name = "comparator_model_name" if has_name else "comparator_agents"
-            raise ValueError(
+            message = (
                 f"`{name}` is only valid when comparator_policy='model', got comparator_policy={policy!r}"
             )
+            public = (
+                "comparator_model_name and comparator_agents are only valid when comparator_policy='model'."
+            )
+            raise ValueError(public_wording(message, public))
         check_str("comparator_model_name", self.comparator_model_name, optional=True)
         if has_agents:
             if not isinstance(self.comparator_agents, list) or not self.comparator_agents:
@@ -366,18 +383,31 @@ class _IterativePreferenceConfig:
                 )
         check_devices("comparator_devices", self.comparator_devices)
         check_device_count("comparator_devices", self.comparator_devices, self.num_actor_models)
-        check_int("comparator_num_candidates", self.comparator_num_candidates, 1, optional=True)
+        check_int("comparator_num_candidates", self.comparator_num_candidates, 1, optional=True, public=True)
         if self.comparator_history_k is not None and policy != "history":
-            raise ValueError(
+            message = (
                 "`comparator_history_k` is only valid when comparator_policy='history', "
                 f"got comparator_policy={policy!r}"
             )
-        check_int("comparator_history_k", self.comparator_history_k, 1, optional=True)
+            public = "comparator_history_k is only valid when comparator_policy='history'."
+            raise ValueError(public_wording(message, public))
+        check_int(
+            "comparator_history_k",
+            self.comparator_history_k,
+            1,
+            optional=True,
+            public="comparator_history_k must be >= 1.",
+        )
 
     def _validate_api(self) -> None:
         if self.comparator_policy == "api":
             if self.comparator_api_url is None:
-                raise ValueError("`comparator_api_url` is required when comparator_policy='api'")
+                raise ValueError(
+                    public_wording(
+                        "`comparator_api_url` is required when comparator_policy='api'",
+                        "comparator_api_url is required when comparator_policy='api'.",
+                    )
+                )
             url = self.comparator_api_url
             if not isinstance(url, str) or urllib.parse.urlsplit(url.strip()).scheme not in ("http", "https"):
                 raise ValueError(f"`comparator_api_url` must be an http(s) URL, got {url!r}")
@@ -388,7 +418,11 @@ class _IterativePreferenceConfig:
                 )
         check_str("comparator_api_model", self.comparator_api_model, optional=True)
         check_int(
-            "comparator_api_max_n_per_request", self.comparator_api_max_n_per_request, 1, optional=True
+            "comparator_api_max_n_per_request",
+            self.comparator_api_max_n_per_request,
+            1,
+            optional=True,
+            public=True,
         )
         check_float("comparator_api_timeout", self.comparator_api_timeout, gt=0)
         headers = self.comparator_api_headers or {}

@@ -1,15 +1,44 @@
-"""The MAGRPO family (MAGRPO, MAREINFORCE, MARLOO, MAReMax): multi-agent REINFORCE on the task reward, and
-MARLHF's RL stage. The trainer loads on first access, so importing the config stays light."""
+"""The MAGRPO family on the task reward: MAGRPO and the public library's variants MAREINFORCE (no
+baseline), MARLOO (leave-one-out), MAReMax (group maximum) and CentralizedMAGRPO (one actor writes every
+role); also MARLHF's RL stage.
+
+``MAGRPOConfig`` imports at once; the trainers, and the variants' configs (each module holds its config and
+trainer), load on first access.
+"""
 
 import importlib
 from typing import Any
 
 from comlrl.trainers.reinforce.config import MAGRPOConfig, OnlineRLConfig
 
-__all__ = ["MAGRPOConfig", "MAGRPOTrainer", "OnlineRLConfig"]
+_LAZY = {
+    "MAGRPOTrainer": "comlrl.trainers.reinforce.magrpo",
+    "CentralizedMAGRPOConfig": "comlrl.trainers.reinforce.centralized_magrpo",
+    "CentralizedMAGRPOTrainer": "comlrl.trainers.reinforce.centralized_magrpo",
+    "MAREINFORCEConfig": "comlrl.trainers.reinforce.mareinforce",
+    "MAREINFORCETrainer": "comlrl.trainers.reinforce.mareinforce",
+    "MAReMaxConfig": "comlrl.trainers.reinforce.maremax",
+    "MAReMaxTrainer": "comlrl.trainers.reinforce.maremax",
+    "MARLOOConfig": "comlrl.trainers.reinforce.marloo",
+    "MARLOOTrainer": "comlrl.trainers.reinforce.marloo",
+}
+
+__all__ = [
+    "MAGRPOConfig",
+    "MAGRPOTrainer",
+    "CentralizedMAGRPOConfig",
+    "CentralizedMAGRPOTrainer",
+    "MAREINFORCEConfig",
+    "MAREINFORCETrainer",
+    "MAReMaxConfig",
+    "MAReMaxTrainer",
+    "MARLOOConfig",
+    "MARLOOTrainer",
+    "OnlineRLConfig",
+]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "MAGRPOTrainer":
-        return importlib.import_module("comlrl.trainers.reinforce.magrpo").MAGRPOTrainer
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'comlrl.trainers.reinforce' has no attribute {name!r}")

@@ -1,0 +1,1 @@
+"""Shipped eight_queens configs (a package only so that its YAML files install with pettingllms)."""

@@ -1,0 +1,1 @@
+"""Shipped household configs (a package only so that its YAML files install with pettingllms)."""

@@ -1,0 +1,1 @@
+"""Shipped webshop configs (a package only so that its YAML files install with pettingllms)."""
