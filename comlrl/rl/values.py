@@ -11,8 +11,9 @@ Advantages (:func:`critic_advantages`):
   ``A = R − Q(h, a)`` here as well, but that is only the critic's error on the action taken: its expectation
   given ``(h, a)`` is 0 for every action once the critic fits, so it carries no signal about which action is
   better. We use ``A = Q(h, a) − mean_g Q``, the Q of the action minus the mean Q over the group of
-  completions sampled for the same prompt (an estimate of ``V(h) = E_a Q(h, a)``). It needs at least two
-  completions per prompt; a group of one gets ``A = 0``.
+  completions sampled for the same prompt (an estimate of ``V(h) = E_a Q(h, a)``). That needs at least two
+  completions per prompt: when every group has one (``num_generations=1``, the public default), the
+  public meaning ``A = R − Q(h, a)`` is used instead.
 
 The critic is fit by :func:`value_loss` to ``R`` in both cases.
 """
@@ -75,8 +76,8 @@ def critic_advantages(
     """Single-turn actor-critic advantages, shape ``(N,)`` (see the module docstring).
 
     ``"v"``: ``A = R − V(h)`` (``values`` are ``V(h)``). ``"q"``: ``A = Q(h, a) − mean_g Q`` (``values`` are
-    ``Q(h, a)``; ``group_ids`` marks completions of the same prompt and is required; ``returns`` is only
-    shape-checked). The result is detached.
+    ``Q(h, a)``; ``group_ids`` marks completions of the same prompt and is required); when every group has
+    one completion, ``"q"`` gives the public ``A = R − Q(h, a)``. The result is detached.
     """
     returns = torch.as_tensor(returns)
     values = torch.as_tensor(values, device=returns.device).detach()
@@ -90,11 +91,8 @@ def critic_advantages(
         if group_ids is None:
             raise ValueError("`group_ids` (completions of the same prompt) is required for critic_type='q'")
         group_ids = torch.as_tensor(group_ids, device=values.device)
-        if values.numel() > 0 and torch.unique(group_ids).numel() == values.numel():
-            raise ValueError(
-                "critic_type='q' needs at least two completions per prompt (num_generations >= 2): "
-                "with one, every advantage Q - mean(Q) is 0"
-            )
+        if torch.unique(group_ids).numel() == values.numel():  # one completion per prompt: R - Q(h, a)
+            return returns.detach().to(values.dtype) - values
         return group_mean_baseline(values, group_ids)
     raise ValueError(f"`critic_type` must be one of {CRITIC_TYPES}, got {critic_type!r}")
 

@@ -278,10 +278,16 @@ def test_online_configs_have_help_documentation_and_a_command_line(cls):
 def test_online_rules_name_the_field():
     with raises("`num_generations` must be >= 2 for MAGRPOConfig, got 1"):
         MAGRPOConfig(num_generations=1)
-    with raises("`num_turns` must be 1: the MAGRPO, IAC and MAAC trainers here are single-turn"):
-        IACConfig(num_turns=2)
-    with raises("`joint_mode` must be 'aligned' (alias 'align'): the MAGRPO, IAC and MAAC trainers"):
-        MAACConfig(joint_mode="cross")
+    # Multi-turn (the public default num_turns=2): the actor-critic trainers play one trajectory per item.
+    with raises("Multi-turn IAC currently supports num_generations == 1: `num_generations` is 2 with `num_turns` 2"):
+        IACConfig(num_turns=2, num_generations=2)
+    with raises("`num_turns` must be >= 1, got 0"):
+        MAGRPOConfig(num_turns=0)
+    assert MAACConfig(joint_mode="Crossed").joint_mode == "cross"
+    with raises("`joint_mode` must be one of: aligned, cross"):
+        MAACConfig(joint_mode="diagonal")
+    with raises("`joint_mode` must be 'aligned' (alias 'align'): MADPO, MADPOIter, MARLHF and MARLHFIter"):
+        MADPOConfig(joint_mode="cross")
     with raises("`critic_devices` must have 1 or 2 entries"):
         IACConfig(critic_devices=["cpu"] * 3)
     with raises("`value_head_hidden_dim` must be >= 1 or None, got 0"):

@@ -224,8 +224,7 @@ def rejects(error: type, public: str, field: str, build) -> None:
 
 # (config, keyword values, the public sentence, our field, *notes); every value the public library rejects
 # too. Notes: "trainer", a check the public library runs in its trainer rather than its config (so the
-# drift check does not run it); "pending", a rule of the shared fields in core/config.py, core/rl_config.py
-# or reinforce/config.py whose public sentence is not added yet (requested in issue #21).
+# drift check does not run it).
 CONFIG_REJECTIONS = [
     (MADPOConfig, {"collaboration_mode": "hybrid"}, "collaboration_mode must be decentralized or centralized.", "collaboration_mode"),
     (MADPOConfig, {"preference_num_candidates": 1}, "preference_num_candidates must be >= 2.", "preference_num_candidates"),
@@ -269,37 +268,29 @@ CONFIG_REJECTIONS = [
     (CentralizedMAGRPOConfig, {"collaboration_mode": "decentralized"}, "CentralizedMAGRPOConfig requires centralized collaboration.", "collaboration_mode"),
     (CentralizedMAGRPOConfig, {"num_turns": 2}, "Centralized MAGRPO currently supports num_turns=1 only.", "num_turns"),
     (CentralizedMAGRPOConfig, {"reference_kl_enabled": True, "reference_devices": ["cpu", "cpu"]}, "reference_devices length (2) must be 1 or 1.", "reference_devices"),
-    # the shared fields (pending)
-    (MAGRPOConfig, {"num_agents": 0}, "num_agents must be >= 1.", "num_agents", "pending"),
-    (MAGRPOConfig, {"num_train_epochs": 0}, "num_train_epochs must be >= 1.", "num_train_epochs", "pending"),
-    (MAGRPOConfig, {"rollout_buffer_size": 0}, "rollout_buffer_size must be >= 1.", "rollout_buffer_size", "pending"),
-    (MAGRPOConfig, {"train_batch_size": 0}, "train_batch_size must be >= 1.", "train_batch_size", "pending"),
-    (MAGRPOConfig, {"eval_batch_size": 0}, "eval_batch_size must be >= 1.", "eval_batch_size", "pending"),
-    (MAGRPOConfig, {"eval_interval": -1}, "eval_interval must be >= 0.", "eval_interval", "pending"),
-    (MAGRPOConfig, {"eval_num_samples": -1}, "eval_num_samples must be >= 0.", "eval_num_samples", "pending"),
-    (MAGRPOConfig, {"logging_steps": 0}, "logging_steps must be >= 1.", "logging_steps", "pending"),
-    (MAGRPOConfig, {"reference_kl_coef": -0.1}, "reference_kl_coef must be >= 0.", "reference_kl_coef", "pending"),
-    (MAGRPOConfig, {"num_turns": 0}, "num_turns must be >= 1.", "num_turns", "pending"),
-    (MAGRPOConfig, {"parallel_training": "ddp"}, "parallel_training only supports: none, mp.", "parallel_training", "pending"),
-    (MADPOConfig, {"parallel_training": "mp"}, "parallel_training='mp' requires explicit agent_devices.", "agent_devices", "pending"),
-    (MAGRPOConfig, {"num_generations": 1}, "num_generations must be >= 2 (group baseline requires multiple samples).", "num_generations", "pending"),
-    (MAGRPOConfig, {"advantage_mode": "median"}, "advantage_mode must be one of: mean, raw, max, rloo.", "advantage_mode", "pending", "trainer"),
-    (MARLHFConfig, {"critic_learning_rate": 0}, "critic_learning_rate must be > 0 or null.", "critic_learning_rate", "pending"),
-    (MARLHFConfig, {"value_loss_coef": 0}, "value_loss_coef must be > 0.", "value_loss_coef", "pending"),
-    (MARLHFConfig, {"value_clip_range": 0}, "value_clip_range must be > 0 or null.", "value_clip_range", "pending"),
+    # the shared fields
+    (MAGRPOConfig, {"num_agents": 0}, "num_agents must be >= 1.", "num_agents"),
+    (MAGRPOConfig, {"num_train_epochs": 0}, "num_train_epochs must be >= 1.", "num_train_epochs"),
+    (MAGRPOConfig, {"rollout_buffer_size": 0}, "rollout_buffer_size must be >= 1.", "rollout_buffer_size"),
+    (MAGRPOConfig, {"train_batch_size": 0}, "train_batch_size must be >= 1.", "train_batch_size"),
+    (MAGRPOConfig, {"eval_batch_size": 0}, "eval_batch_size must be >= 1.", "eval_batch_size"),
+    (MAGRPOConfig, {"eval_interval": -1}, "eval_interval must be >= 0.", "eval_interval"),
+    (MAGRPOConfig, {"eval_num_samples": -1}, "eval_num_samples must be >= 0.", "eval_num_samples"),
+    (MAGRPOConfig, {"logging_steps": 0}, "logging_steps must be >= 1.", "logging_steps"),
+    (MAGRPOConfig, {"reference_kl_coef": -0.1}, "reference_kl_coef must be >= 0.", "reference_kl_coef"),
+    (MAGRPOConfig, {"num_turns": 0}, "num_turns must be >= 1.", "num_turns"),
+    (MAGRPOConfig, {"parallel_training": "ddp"}, "parallel_training only supports: none, mp.", "parallel_training"),
+    (MADPOConfig, {"parallel_training": "mp"}, "parallel_training='mp' requires explicit agent_devices.", "agent_devices"),
+    (MAGRPOConfig, {"num_generations": 1}, "num_generations must be >= 2 (group baseline requires multiple samples).", "num_generations"),
+    (MAGRPOConfig, {"advantage_mode": "median"}, "advantage_mode must be one of: mean, raw, max, rloo.", "advantage_mode", "trainer"),
+    (MARLHFConfig, {"critic_learning_rate": 0}, "critic_learning_rate must be > 0 or null.", "critic_learning_rate"),
+    (MARLHFConfig, {"value_loss_coef": 0}, "value_loss_coef must be > 0.", "value_loss_coef"),
+    (MARLHFConfig, {"value_clip_range": 0}, "value_clip_range must be > 0 or null.", "value_clip_range"),
 ]  # fmt: skip
-
-PENDING = pytest.mark.xfail(
-    raises=AssertionError,
-    strict=True,
-    reason="the public sentence of this shared rule is not added yet (core/config.py, core/rl_config.py, "
-    "reinforce/config.py; requested in issue #21)",
-)
-
 
 @pytest.mark.parametrize(
     "case",
-    [pytest.param(c, marks=PENDING) if "pending" in c[4:] else c for c in CONFIG_REJECTIONS],
+    CONFIG_REJECTIONS,
     ids=lambda c: f"{c[0].__name__}-{c[3]}-{list(c[1].values())[-1]!r}",
 )
 def test_config_rejections_hold_the_public_sentence(case, no_model_loading):
@@ -414,19 +405,14 @@ def test_constructor_rejections_hold_the_public_sentence_before_any_model_loads(
     rejects(error, public, field, build)
 
 
-PENDING_CONSTRUCTOR_REJECTIONS = [
+MORE_CONSTRUCTOR_REJECTIONS = [
     ("no reward", ValueError, "reward_func must be a callable.", "reward_func", madpo(agent_model="test-tiny", reward_func=None)),
     ("centralized: role count", ValueError, "num_agents must match args.num_agents (the role count).", "num_agents", madpo(agents=["test-tiny"], num_agents=3, args={"collaboration_mode": "centralized"})),
 ]  # fmt: skip
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    strict=True,
-    reason="the public sentence is not added yet (comlrl/trainers/core/trainer.py; requested in issue #21)",
-)
-@pytest.mark.parametrize("case", PENDING_CONSTRUCTOR_REJECTIONS, ids=lambda c: c[0])
-def test_pending_constructor_rejections_hold_the_public_sentence(case, no_model_loading):
+@pytest.mark.parametrize("case", MORE_CONSTRUCTOR_REJECTIONS, ids=lambda c: c[0])
+def test_trainer_base_rejections_hold_the_public_sentence(case, no_model_loading):
     _, error, public, field, build = case
     rejects(error, public, field, build)
 
@@ -446,12 +432,6 @@ def test_formatters_rule_holds_the_public_sentence():
     )
 
 
-@pytest.mark.xfail(
-    raises=ModelLoaded,
-    strict=True,
-    reason="needs the trainer base to check `formatters` before it loads the team "
-    "(comlrl/trainers/core/trainer.py, with core.team.agent_count; requested in issue #21)",
-)
 def test_formatters_are_rejected_by_the_trainers_before_any_model_loads(no_model_loading):
     rejects(
         ValueError,
@@ -482,12 +462,6 @@ def test_critic_model_and_critics_naming_one_model_are_accepted(no_model_loading
     check_critic_sources(MAGRPOConfig(num_turns=1), "m", None, 2)  # no critics: the trainer rejects it
 
 
-@pytest.mark.xfail(
-    raises=ModelLoaded,
-    strict=True,
-    reason="needs IAC/MAAC to call core.critics.check_critic_sources before loading the agents "
-    "(comlrl/trainers/actor_critic/iac.py, ActorCriticTrainer.__init__; requested in issue #21)",
-)
 @pytest.mark.parametrize("case", CRITIC_REJECTIONS[:2], ids=lambda c: c[0])
 def test_critic_keywords_are_rejected_by_the_trainers_before_any_model_loads(case, no_model_loading):
     _, args, critic_model, critics, public, field = case
@@ -514,12 +488,6 @@ def test_q_critics_take_the_public_default_of_one_generation(config):
     assert cfg.critic_type == "q" and cfg.num_generations == 1
 
 
-@pytest.mark.xfail(
-    raises=ValueError,
-    strict=True,
-    reason="needs PolicyLearner.advantages to use R - Q(h, a) with one generation "
-    "(comlrl/trainers/core/policy_learning.py; requested in issue #21)",
-)
 def test_a_q_critic_with_one_generation_trains_on_r_minus_q(tiny_model_path, tmp_path):
     trainer = IACTrainer(
         agent_model=tiny_model_path,

@@ -81,11 +81,15 @@ def test_q_critic_advantage_is_q_minus_group_mean_q():
     torch.testing.assert_close(adv, torch.tensor([-2.0, -1.0, 3.0, 1.0, -1.0]))
 
 
+def test_q_critic_with_one_completion_per_prompt_is_return_minus_q():
+    # num_generations=1 (the public default): the public meaning, A = R - Q(h, a).
+    adv = critic_advantages(torch.tensor([1.0, 3.0]), torch.tensor([0.5, 1.0]), "q", group_ids=[0, 1])
+    torch.testing.assert_close(adv, torch.tensor([0.5, 2.0]))
+
+
 def test_q_critic_errors():
     with pytest.raises(ValueError, match="`group_ids`"):
         critic_advantages(torch.zeros(2), torch.zeros(2), "q")
-    with pytest.raises(ValueError, match="num_generations >= 2"):
-        critic_advantages(torch.zeros(2), torch.zeros(2), "q", group_ids=[0, 1])
     with pytest.raises(ValueError, match="`critic_type` must be one of"):
         critic_advantages(torch.zeros(2), torch.zeros(2), "a")
     with pytest.raises(ValueError, match="`returns` must have shape"):

@@ -172,7 +172,7 @@ def online_args(cls, tmp_path, **overrides):
     values = dict(
         output_dir=str(tmp_path / "out"), max_new_tokens=4, temperature=1.0, top_p=1.0, agent_learning_rate=1e-2,
         num_generations=2, num_train_epochs=1, rollout_buffer_size=3, train_batch_size=1, logging_steps=1,
-        eval_interval=0, disable_tqdm=True, seed=3,
+        eval_interval=0, disable_tqdm=True, seed=3, num_turns=1,
     )  # fmt: skip
     if cls is IACConfig:
         values.update(num_agents=2, critic_learning_rate=1e-2, critic_type="v")

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from comlrl.trainers.actor_critic.config import IACConfig
+from comlrl.trainers.core.critics import check_critic_sources
 from comlrl.trainers.core.online_rl import OnlineRLTrainer
 
 __all__ = ["ActorCriticTrainer", "IACTrainer"]
@@ -59,6 +60,8 @@ class ActorCriticTrainer(OnlineRLTrainer):
     ) -> None:
         args = args if args is not None else self.config_class()
         num_agents = getattr(args, "num_agents", 2)
+        # The critic keywords are checked before the agents load (the public library's order).
+        check_critic_sources(args, critic_model, critics, num_agents)
         super().__init__(
             agent_model=agent_model,
             agents=agents,

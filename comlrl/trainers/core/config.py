@@ -39,6 +39,7 @@ from comlrl.trainers.core.validation import (
     check_str,
     help_field,
     normalize_devices,
+    public_wording,
 )
 
 __all__ = [
@@ -75,11 +76,14 @@ _int = partial(check_int, minimum=1)
 _count = partial(check_int, minimum=0)
 _positive = partial(check_float, gt=0)
 _optional_str = partial(check_str, optional=True)
+# Rules the public library checks too: its sentence ("x must be >= 1.") follows ours.
+_public_int = partial(check_int, minimum=1, public=True)
+_public_count = partial(check_int, minimum=0, public=True)
 
 # The rule of every field this module declares, by name (fields with a rule of several fields are checked
 # in the steps themselves).
 FIELD_RULES: dict[str, Callable[[str, Any], None]] = {
-    "num_agents": _int,
+    "num_agents": _public_int,
     "agent_devices": check_devices,
     "reference_devices": check_devices,
     "disable_dropout": check_bool,
@@ -91,32 +95,32 @@ FIELD_RULES: dict[str, Callable[[str, Any], None]] = {
     "discount": partial(check_float, ge=0, le=1),
     "early_termination_threshold": partial(check_float, optional=True),
     "external_prompt_passthrough": check_bool,
-    "num_train_epochs": _int,
+    "num_train_epochs": _public_int,
     "agent_learning_rate": partial(check_float, ge=0),
-    "rollout_buffer_size": _int,
-    "train_batch_size": _int,
+    "rollout_buffer_size": _public_int,
+    "train_batch_size": _public_int,
     "exclude_last_completion_token": check_bool,
     "max_nonfinite_losses_in_a_row": _int,
     "use_environment_step": check_bool,
     "advantage_normalization": check_bool,
     "reference_kl_enabled": check_bool,
-    "reference_kl_coef": partial(check_float, ge=0),
-    "eval_interval": _count,
-    "eval_num_samples": _count,
-    "eval_batch_size": _int,
+    "reference_kl_coef": partial(check_float, ge=0, public=True),
+    "eval_interval": _public_count,
+    "eval_num_samples": _public_count,
+    "eval_batch_size": _public_int,
     "output_dir": check_str,
     "seed": check_int,
     "run_name": _optional_str,
-    "logging_steps": _int,
+    "logging_steps": _public_int,
     "logging_dir": _optional_str,
     "disable_tqdm": check_bool,
     "save_total_limit": partial(check_int, minimum=1, optional=True),
     # CriticFields and ValueHeadFields
     "critic_model_name": _optional_str,
-    "critic_learning_rate": partial(check_float, gt=0, optional=True),
+    "critic_learning_rate": partial(check_float, gt=0, optional=True, public=True),
     "critic_devices": check_devices,
-    "value_loss_coef": _positive,
-    "value_clip_range": partial(check_float, gt=0, optional=True),
+    "value_loss_coef": partial(check_float, gt=0, public=True),
+    "value_clip_range": partial(check_float, gt=0, optional=True, public=True),
     "critic_value_head_hidden_dim": partial(check_int, minimum=1, optional=True),
     "use_separate_critic": check_bool,
     "value_head_hidden_dim": partial(check_int, minimum=1, optional=True),
@@ -161,8 +165,8 @@ class TrainerConfig(StrictFromDict):
         > Parameters that control the episode
 
         num_turns (`int`, *optional*, defaults to `1`):
-            Turns per episode; must be 1 (the public MAGRPO default is 2, with an `external_transition`
-            driving later turns; multi-turn is out of scope).
+            Turns per episode; the preference trainers take only 1, the online RL trainers (default 2, as
+            the public MAGRPO) any count >= 1, with an `external_transition` driving the later turns.
         joint_mode (`str`, *optional*, defaults to `"aligned"`):
             How candidates combine into joint responses; must be `"aligned"` (alias `align`): candidate k of
             every agent forms joint response k.
@@ -260,7 +264,9 @@ class TrainerConfig(StrictFromDict):
     )
 
     # Parameters that control the episode (multi-turn fields are accepted; one turn is supported)
-    num_turns: int = help_field("Turns per episode; must be 1 (multi-turn is out of scope).", 1)
+    num_turns: int = help_field(
+        "Turns per episode (preference trainers: 1; online RL: >= 1 with an external_transition).", 1
+    )
     joint_mode: str = help_field("Joint-response mode; must be 'aligned'.", "aligned")
     discount: float = help_field("Multi-turn discount (no effect with one turn).", 1.0)
     early_termination_threshold: float | None = help_field(
@@ -342,7 +348,11 @@ class TrainerConfig(StrictFromDict):
         """The choice fields, before the devices and ``report_to`` (a family adds its own around them)."""
         parallel = "none" if self.parallel_training is None else self.parallel_training
         self.parallel_training = canonical_choice(
-            "parallel_training", parallel, PARALLEL_TRAINING_MODES, PARALLEL_TRAINING_ALIASES
+            "parallel_training",
+            parallel,
+            PARALLEL_TRAINING_MODES,
+            PARALLEL_TRAINING_ALIASES,
+            public="parallel_training only supports: none, mp.",
         )
         self._normalize_joint_mode()
 
@@ -377,9 +387,8 @@ class TrainerConfig(StrictFromDict):
         """The agent, device and sampling fields; device lists hold one entry or one per actor model."""
         self._check_fields("num_agents")
         if self.parallel_training == "mp" and self.agent_devices is None:
-            raise ValueError(
-                "`agent_devices` is required when `parallel_training='mp'` (one device per agent)"
-            )
+            message = "`agent_devices` is required when `parallel_training='mp'` (one device per agent)"
+            raise ValueError(public_wording(message, "parallel_training='mp' requires explicit agent_devices."))
         self._check_fields("agent_devices", "reference_devices")
         check_device_count("agent_devices", self.agent_devices, self.num_actor_models)
         check_device_count("reference_devices", self.reference_devices, self.num_actor_models)

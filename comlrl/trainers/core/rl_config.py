@@ -67,7 +67,7 @@ class OnlineRLConfig(RLStageFields, VLLMFields, TrainerConfig):
         )
 
     def _validate_episode(self) -> None:
-        check_int("num_turns", self.num_turns, minimum=1)
+        check_int("num_turns", self.num_turns, minimum=1, public=True)
         self._check_fields("discount", "early_termination_threshold", "external_prompt_passthrough")
         if self.num_turns > 1 and self.uses_critic and self.num_generations != 1:
             raise ValueError(

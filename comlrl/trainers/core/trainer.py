@@ -51,7 +51,13 @@ from comlrl.trainers.core.sampling import (
     prompt_text,
     sample_prompted,
 )
-from comlrl.trainers.core.team import as_items, build_team, resolve_formatters, save_agent_folders
+from comlrl.trainers.core.team import (
+    agent_count,
+    as_items,
+    build_team,
+    resolve_formatters,
+    save_agent_folders,
+)
 from comlrl.trainers.core.train_options import (
     UNSET,
     CheckpointPlan,
@@ -60,6 +66,7 @@ from comlrl.trainers.core.train_options import (
     plan_checkpoints,
 )
 from comlrl.trainers.core.trainer_core import TrainerCore
+from comlrl.trainers.core.validation import public_wording
 from comlrl.trainers.core.vllm_fields import generation_backend
 from comlrl.trainers.core.wandb_config import apply_wandb_config, wandb_init_kwargs, wandb_run_config
 
@@ -132,7 +139,8 @@ class MultiAgentTrainerBase(TrainerCore):
         args = self._check_args(args)
         self.external_transition = self._accept_external_transition(external_transition, args)
         if reward_func is None or not callable(reward_func):
-            raise ValueError(f"`reward_func` must be a callable, got {type(reward_func).__name__}")
+            message = f"`reward_func` must be a callable, got {type(reward_func).__name__}"
+            raise ValueError(public_wording(message, "reward_func must be a callable."))
         if reward_processor is not None and not callable(reward_processor):
             raise ValueError(
                 f"`reward_processor` must be a callable or None, got {type(reward_processor).__name__}"
@@ -156,11 +164,14 @@ class MultiAgentTrainerBase(TrainerCore):
         self.num_roles: int | None = None
         if centralized:
             if num_agents != args.num_agents:
-                raise ValueError(
+                message = (
                     f"`num_agents` ({num_agents}) must match `args.num_agents` ({args.num_agents}), the role "
                     "count, with collaboration_mode='centralized'"
                 )
+                raise ValueError(public_wording(message, "num_agents must match args.num_agents (the role count)."))
             self.num_roles = args.num_agents
+        # The formatters are checked against the agent (role) count the keywords ask for, before any model loads.
+        resolve_formatters(formatters, agent_count(agents, num_agents, policy, args, centralized=centralized))
         self.policy, self.actor_names = build_team(
             agent_model,
             agents,

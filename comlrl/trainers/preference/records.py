@@ -32,13 +32,20 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import chain
-from numbers import Integral, Real
+from numbers import Integral
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from comlrl.atomic_io import atomic_write_bytes
+from comlrl.trainers.preference.record_fields import (
+    optional_float,
+    optional_number,
+    record_index,
+    record_number,
+    text_list,
+)
 
 RECORD_FIELDS = (
     "prompts",
@@ -139,8 +146,8 @@ class PreferencePair:
             "loser_reward": float(self.loser_reward),
             "candidate_reward_mean": float(self.candidate_reward_mean),
             "raw_rewards": [float(r) for r in self.raw_rewards],
-            "target_raw_reward": _optional_float(self.target_raw_reward),
-            "comparator_raw_reward": _optional_float(self.comparator_raw_reward),
+            "target_raw_reward": optional_float(self.target_raw_reward),
+            "comparator_raw_reward": optional_float(self.comparator_raw_reward),
             **{name: int(getattr(self, name)) for name in OPTIONAL_RECORD_FIELDS if getattr(self, name) is not None},
         }
 
@@ -155,8 +162,8 @@ class PreferencePair:
                 raise ValueError(f"record is missing field(s) {', '.join(repr(m) for m in missing)}")
             unknown = sorted(set(record) - _RECORD_FIELD_SET - set(OPTIONAL_RECORD_FIELDS))
             raise ValueError(f"record has unknown field(s) {', '.join(repr(u) for u in unknown)}")
-        where = {name: _optional_index(record[name], name) for name in OPTIONAL_RECORD_FIELDS if name in record}
-        texts = {name: _text_list(record, name) for name in RECORD_FIELDS[:3]}
+        where = {name: record_index(record[name], name) for name in OPTIONAL_RECORD_FIELDS if name in record}
+        texts = {name: text_list(record, name) for name in RECORD_FIELDS[:3]}
         raw = record["raw_rewards"]
         if not isinstance(raw, list):
             raise ValueError(
@@ -166,12 +173,12 @@ class PreferencePair:
             prompts=texts["prompts"],
             winner_completions=texts["winner_completions"],
             loser_completions=texts["loser_completions"],
-            winner_reward=_number(record["winner_reward"], "winner_reward"),
-            loser_reward=_number(record["loser_reward"], "loser_reward"),
-            candidate_reward_mean=_number(record["candidate_reward_mean"], "candidate_reward_mean"),
-            raw_rewards=[_number(r, f"raw_rewards[{i}]") for i, r in enumerate(raw)],
-            target_raw_reward=_optional_number(record["target_raw_reward"], "target_raw_reward"),
-            comparator_raw_reward=_optional_number(record["comparator_raw_reward"], "comparator_raw_reward"),
+            winner_reward=record_number(record["winner_reward"], "winner_reward"),
+            loser_reward=record_number(record["loser_reward"], "loser_reward"),
+            candidate_reward_mean=record_number(record["candidate_reward_mean"], "candidate_reward_mean"),
+            raw_rewards=[record_number(r, f"raw_rewards[{i}]") for i, r in enumerate(raw)],
+            target_raw_reward=optional_number(record["target_raw_reward"], "target_raw_reward"),
+            comparator_raw_reward=optional_number(record["comparator_raw_reward"], "comparator_raw_reward"),
             **where,
         )
 
@@ -221,38 +228,6 @@ def _encode(tokenizer: Any, text: str, is_prompt: bool, append_eos: bool, agent:
             )
         ids.append(int(eos))
     return ids
-
-
-def _optional_index(value: Any, name: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < 0:
-        raise ValueError(f"record field {name!r} must be an integer >= 0 or null, got {value!r}")
-    return int(value)
-
-
-def _optional_float(value: float | None) -> float | None:
-    return None if value is None else float(value)
-
-
-def _text_list(record: dict, name: str) -> list[str]:
-    value = record[name]
-    # map(type) keeps this check in C: it runs for every record a replay draw loads.
-    if type(value) is not list or not {*map(type, value)} <= {str}:
-        raise ValueError(f"record field {name!r} must be a list of strings (one per agent)")
-    return value
-
-
-def _number(value: Any, name: str) -> float:
-    if type(value) is float or type(value) is int:
-        return float(value)
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise ValueError(f"record field {name!r} must be a number, got {type(value).__name__}")
-    return float(value)
-
-
-def _optional_number(value: Any, name: str) -> float | None:
-    return None if value is None else _number(value, name)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from comlrl.rl import ESTIMATORS
 from comlrl.trainers.core.config import TrainerConfig
 from comlrl.trainers.core.rl_config import SINGLE_TURN_NOTE, OnlineRLConfig
-from comlrl.trainers.core.validation import canonical_choice, help_field, override_field
+from comlrl.trainers.core.validation import canonical_choice, help_field, override_field, public_wording
 
 __all__ = ["MAGRPOConfig", "OnlineRLConfig", "SINGLE_TURN_NOTE"]
 
@@ -45,7 +45,19 @@ class MAGRPOConfig(OnlineRLConfig):
 
     def _normalize(self) -> None:
         super()._normalize()
-        self.advantage_mode = canonical_choice("advantage_mode", self.advantage_mode, ESTIMATORS)
+        self.advantage_mode = canonical_choice(
+            "advantage_mode",
+            self.advantage_mode,
+            ESTIMATORS,
+            public="advantage_mode must be one of: mean, raw, max, rloo.",
+        )
+
+    def _validate_num_generations(self) -> None:
+        try:
+            super()._validate_num_generations()
+        except ValueError as error:
+            public = "num_generations must be >= 2 (group baseline requires multiple samples)."
+            raise ValueError(public_wording(str(error), public)) from None
 
     @property
     def rl_algorithm(self) -> str:
