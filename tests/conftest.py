@@ -98,3 +98,14 @@ def math_data_root(code_data_root) -> str:
         for split, problems in splits.items():
             write_jsonl(root / "math" / dataset / f"{split}.jsonl", problems)
     return code_data_root
+
+
+@pytest.fixture(scope="session")
+def search_data_root(math_data_root) -> str:
+    """The ``$PETTINGLLMS_DATA`` root of :func:`math_data_root`, holding also every search fixture split normalised
+    and the fixture corpus's BM25 index, as ``pettingllms dataprocess search`` writes them."""
+    from pathlib import Path
+
+    from tests.helpers.search_data import write_search_root
+
+    return str(write_search_root(Path(math_data_root)))

@@ -25,7 +25,7 @@ from pettingllms.config import (
 )
 from pettingllms.config.loader import DEFAULTS_FILE, load_yaml_file, parse_override, parse_value
 
-ENVS = ("plan_path", "sokoban", "sudoku", "code", "math")
+ENVS = ("plan_path", "sokoban", "sudoku", "code", "math", "search", "household", "webshop", "eight_queens", "blocksworld")
 
 
 # ---- overrides -------------------------------------------------------------------------------------
@@ -231,9 +231,12 @@ def test_switching_env_checks_keys_against_the_new_env():
 NAMED_CONFIGS = {"plan_path/quickstart": "L1", "plan_path/L1_hybrid": "L1",
                  **{f"code/{d}": "L1" for d in ("apps", "codecontests", "humaneval", "livecodebench", "mbpp")},
                  **{f"math/{d}": "L1" for d in ("arith", "gsm8k", "math500", "aime24", "aime25", "olympiadbench",
-                                                "arith_hybrid")}}
+                                                "arith_hybrid")},
+                 **{f"search/{d}": "L1" for d in ("synthetic", "nq", "hotpotqa", "2wiki", "musique", "bamboogle")}}
 # The roles of each environment's multi-agent workflow (L0 is always the `single` role alone).
-TEAM_ROLES = {"code": ["code_generator", "test_generator"], "math": ["tool_generator", "reasoning_generator"]}
+TEAM_ROLES = {"code": ["code_generator", "test_generator"], "math": ["tool_generator", "reasoning_generator"],
+              "search": ["web_search_agent", "search_reasoning_agent"], "household": ["planner", "actor"],
+              "webshop": ["searcher", "buyer"]}
 
 
 def test_shipped_configs_are_the_levels_and_the_named_ones():
@@ -242,14 +245,14 @@ def test_shipped_configs_are_the_levels_and_the_named_ones():
 
 
 @pytest.mark.parametrize("path", shipped_configs(), ids=lambda p: f"{p.parent.name}/{p.stem}")
-def test_shipped_config_loads_and_resolves(path, tmp_path, code_data_root, math_data_root, monkeypatch):
+def test_shipped_config_loads_and_resolves(path, tmp_path, code_data_root, search_data_root, monkeypatch):
     from comlrl.trainers.preference.config import MADPOIterConfig, MARLHFIterConfig
     from pettingllms.registry import get_env_class
     from pettingllms.trainer.sft import SFTWarmStartConfig
 
-    # The code and math configs play dataset splits: the fixtures' (8 train problems each) stand in for the real
-    # ones (both fixtures live under one root).
-    assert math_data_root == code_data_root
+    # The code, math and search configs play dataset splits: the fixtures' stand in for the real ones (all the
+    # fixtures live under one root, the search index too).
+    assert search_data_root == code_data_root
     monkeypatch.setenv("PETTINGLLMS_DATA", code_data_root)
     config = load_config(path, ["sft.num_problems=8"] if path.parent.name == "code" else [])
     validate_config(config)

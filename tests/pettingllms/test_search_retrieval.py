@@ -17,7 +17,7 @@ from pettingllms.envs.search.bm25 import BM25Index, build_index, tokenize
 from pettingllms.envs.search.corpus import CorpusError, Passage, iter_corpus, split_contents
 from pettingllms.envs.search.retrieval import BatchingRetriever, HTTPRetriever, RetrievalError
 from pettingllms.registry import make_agents, make_env
-from tests.pettingllms.test_search_data import CORPUS, write_search_root
+from tests.helpers.search_data import CORPUS, write_search_root
 
 
 class RetrievalServer:

@@ -42,6 +42,9 @@ from pettingllms.envs.webshop.catalogue import Catalogue, Product, get_catalogue
 from pettingllms.envs.webshop.generator import Goal, goal_for
 from pettingllms.envs.webshop.page import Page, parse_page
 from pettingllms.envs.webshop.parsers import Action
+from pettingllms.envs.webshop.random_play import BUYER_ROLE as _BUYER
+from pettingllms.envs.webshop.random_play import SEARCHER_ROLE as _SEARCHER
+from pettingllms.envs.webshop.random_play import random_actions
 from pettingllms.envs.webshop.rewards import RewardParts
 from pettingllms.envs.webshop.site import OPTION_PREFIX, search_url
 
@@ -56,7 +59,7 @@ __all__ = [
     "WebShopState",
 ]
 
-SEARCHER_ROLE, BUYER_ROLE, SINGLE_ROLE = "searcher", "buyer", "single"
+SEARCHER_ROLE, BUYER_ROLE, SINGLE_ROLE = _SEARCHER, _BUYER, "single"
 #: The verbs each role may use.
 ROLE_VERBS: dict[str, tuple[str, ...]] = {SEARCHER_ROLE: ("search",), BUYER_ROLE: ("click",),
                                          SINGLE_ROLE: ("search", "click")}
@@ -317,6 +320,4 @@ class WebShopEnv(BaseEnv[WebShopState]):
 
     def random_answer(self, state: WebShopState, rng: random.Random) -> tuple[Action, ...]:
         """Well-formed random actions for the role due in ``state`` (random words, random clicks)."""
-        from pettingllms.envs.webshop.scripted import random_actions
-
-        return random_actions(self, state, self.config.turn_order[state.position], rng)
+        return random_actions(state, self.config.turn_order[state.position], self.config.max_actions, rng)

@@ -10,7 +10,7 @@ the ``sft`` stage's demonstrations).
   human demonstrations know the shop.
 * :class:`WrongWebShopPolicy`: searches for a product of another category and buys the first result with no
   option chosen (reward below 1 on every instance: every goal asks for at least one option).
-* :class:`RandomWebShopPolicy`: well-formed random actions (:func:`random_actions`): random words from the
+* :class:`RandomWebShopPolicy`: well-formed random actions (:mod:`~pettingllms.envs.webshop.random_play`): random words from the
   instruction and the shop's product types as queries, random clickable labels as clicks.
 """
 
@@ -20,9 +20,12 @@ import random
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from pettingllms.envs.webshop.catalogue import PRODUCT_TYPES, RESULTS_PER_PAGE, STOPWORDS, Product
-from pettingllms.envs.webshop.env import BUYER_ROLE, SEARCHER_ROLE, WebShopEnv, WebShopState
-from pettingllms.envs.webshop.parsers import MAX_ARGUMENT_CHARS, Action, format_actions
+from pettingllms.envs.webshop.catalogue import PRODUCT_TYPES, RESULTS_PER_PAGE, Product
+from pettingllms.envs.webshop.env import BUYER_ROLE, SEARCHER_ROLE, WebShopEnv
+from pettingllms.envs.webshop.parsers import Action, format_actions
+from pettingllms.envs.webshop.random_play import click as _click
+from pettingllms.envs.webshop.random_play import fits as _fits
+from pettingllms.envs.webshop.random_play import random_actions
 from pettingllms.envs.webshop.rewards import best_item_reward
 from pettingllms.envs.webshop.site import OPTION_PREFIX
 
@@ -32,20 +35,8 @@ __all__ = [
     "WrongWebShopPolicy",
     "oracle_actions",
     "oracle_query",
-    "random_actions",
     "wrong_actions",
 ]
-
-
-def _click(label: str) -> Action:
-    return Action("click", label)
-
-
-def _fits(text: str) -> str:
-    """``text`` cut at a word boundary to the longest argument the parser takes."""
-    if len(text) <= MAX_ARGUMENT_CHARS:
-        return text
-    return text[:MAX_ARGUMENT_CHARS].rsplit(" ", 1)[0]
 
 
 def _perfect(env: WebShopEnv, product: Product | None) -> bool:
@@ -148,23 +139,6 @@ def wrong_actions(env: WebShopEnv, role: str) -> list[Action]:
     return (buy or [Action("search", other)])[: env.config.max_actions]
 
 
-def random_actions(env: WebShopEnv, state: WebShopState, role: str, rng: random.Random) -> tuple[Action, ...]:
-    """Well-formed random actions for ``role`` in ``state``, drawn from ``rng``."""
-    page = state.page
-    clickables = list(page.clickables) if page is not None else []
-    if page is not None and page.kind == "item" and rng.random() < 0.5:
-        clickables.append("buy now")
-    words = [w for w in state.goal.text.split() if w.isalnum() and w not in STOPWORDS] + [t.name for t in PRODUCT_TYPES]
-    query = Action("search", _fits(" ".join(rng.sample(words, rng.randint(1, min(4, len(words)))))))
-    searchable = page is not None and page.form is not None
-    if role == SEARCHER_ROLE or (role != BUYER_ROLE and searchable and (not clickables or rng.random() < 0.4)):
-        return (query,)
-    if not clickables:
-        return (_click("back to search"),)
-    count = rng.randint(1, min(3, env.config.max_actions))
-    return tuple(_click(rng.choice(clickables)) for _ in range(count))
-
-
 class WebShopOraclePolicy:
     """Searches well and buys a product that satisfies the goal with its options (see the module docstring)."""
 
@@ -180,10 +154,10 @@ class WrongWebShopPolicy:
 
 
 class RandomWebShopPolicy:
-    """Random well-formed actions (:func:`random_actions`) from a generator this policy owns (seeded by ``seed``)."""
+    """Random well-formed actions (:func:`~pettingllms.envs.webshop.random_play.random_actions`) from a generator this policy owns (seeded by ``seed``)."""
 
     def __init__(self, seed: int = 0) -> None:
         self.rng = random.Random(seed)
 
     def respond(self, agent: Any, env: Any) -> str:
-        return format_actions(random_actions(env, env.state, agent.kind, self.rng))
+        return format_actions(random_actions(env.state, agent.kind, env.config.max_actions, self.rng))
