@@ -8,6 +8,7 @@
     pettingllms configs
     pettingllms envs
     pettingllms dataprocess {sudoku-bank,demos,code,math,search} ...
+    pettingllms show RUN_DIR [--stage NAME] [--episode N] [--html PATH]
 
 CONFIG is a YAML file or a shipped config named ``<env>/<name>`` (``plan_path/L1``, ``plan_path/quickstart``;
 ``pettingllms configs`` lists them). Also reachable as ``python -m pettingllms ...``. Bad input (a config,
@@ -136,18 +137,19 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The top-level parser and one parser per command."""
-    from pettingllms.scripts import dataprocess, evaluate, train
+    from pettingllms.scripts import dataprocess, evaluate, show, train
 
     parser = UsageParser(
         prog="pettingllms",
         description="Train and evaluate teams of LLM agents on multi-agent environments. Start with: "
         "pettingllms configs (the shipped configs), then pettingllms train plan_path/quickstart.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,eval,plan,configs,envs,dataprocess}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,eval,show,plan,configs,envs,dataprocess}")
     commands: dict[str, argparse.ArgumentParser] = {}
     for name, module, text in (
         ("train", train, "run a config's pipeline (sft, at_grpo, grpo, madpo, marlhf, eval)"),
         ("eval", evaluate, "held-out success of saved policies or a scripted policy (oracle, random)"),
+        ("show", show, "render an episode of a run's transcripts turn by turn (terminal or --html PATH)"),
         ("dataprocess", dataprocess, "pre-generate puzzle banks, demonstration sets, normalised code, math and QA benchmarks, search indexes"),
     ):
         command = sub.add_parser(

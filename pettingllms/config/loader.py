@@ -538,6 +538,12 @@ def validate_config(config: Mapping[str, Any]) -> None:
     from pettingllms.execution.generation import check_generation_config
 
     check_generation_config(config)  # rollout.backend (hf | vllm | api) and its keys
+    from pettingllms.execution.transcripts import check_state_max_chars
+
+    try:
+        check_state_max_chars(config["rollout"].get("transcript_state_max_chars"), "rollout.transcript_state_max_chars")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
 
     pipeline = config["pipeline"]
     if not isinstance(pipeline, list) or not pipeline:

@@ -46,7 +46,8 @@ from pettingllms.execution.independent import EvalResult, assign_returns, summar
 from pettingllms.execution.policies import EnvContext
 from pettingllms.execution.router import Router
 from pettingllms.execution.samples import TRAJECTORY_RETURNS, GroupKey, ProblemOutcome, RolloutBatch, Sample
-from pettingllms.execution.transcripts import TranscriptWriter
+from pettingllms.execution.state_snapshots import state_snapshot
+from pettingllms.execution.transcripts import TranscriptWriter, check_state_max_chars, episode_sampled
 from pettingllms.execution.tree import fresh_copies, select_branch, selection_rng
 
 __all__ = ["SAMPLING_MODES", "EngineConfig", "ProgressHook", "RolloutEngine", "check_problem_ids"]
@@ -85,6 +86,10 @@ class EngineConfig:
 
     - ``transcript_rate``: probability that an episode is written to ``output_dir/rollouts.jsonl``.
     - ``output_dir``: the run's output folder (needed when ``transcript_rate > 0``).
+    - ``transcript_state_max_chars``: cut each written state snapshot to this many characters (None:
+      whole; :mod:`~pettingllms.execution.state_snapshots`).
+    - ``write_transcripts``: False takes the sampled episodes' state snapshots but writes nothing (an
+      EnvWorker: the driver selects and writes the records of every worker).
     """
 
     num_generations: int = field(default=4, metadata={"help": "K: tree width or trajectories per problem"})
@@ -105,6 +110,12 @@ class EngineConfig:
         default=0.0, metadata={"help": "fraction of episodes written to rollouts.jsonl"}
     )
     output_dir: str | None = field(default=None, metadata={"help": "run output folder (transcripts)"})
+    transcript_state_max_chars: int | None = field(
+        default=None, metadata={"help": "characters kept of each transcript state snapshot (None: all)"}
+    )
+    write_transcripts: bool = field(
+        default=True, metadata={"help": "write the transcripts (False: only take the snapshots)"}
+    )
 
     def __post_init__(self) -> None:
         if (
@@ -130,7 +141,8 @@ class EngineConfig:
             )
         if not 0.0 <= self.transcript_rate <= 1.0:
             raise ValueError(f"`transcript_rate` must be in [0, 1], got {self.transcript_rate}")
-        if self.transcript_rate > 0 and not self.output_dir:
+        check_state_max_chars(self.transcript_state_max_chars)
+        if self.transcript_rate > 0 and self.write_transcripts and not self.output_dir:
             raise ValueError("`output_dir` must be set when `transcript_rate` > 0 (transcripts go there)")
         self.stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
         self.sampling_params()  # validates temperature, top_p, top_k, max_completion_length
@@ -207,8 +219,13 @@ class RolloutEngine:
             self.config.max_infra_failure_rate, self.config.min_samples_for_failure_rate
         )
         self.transcripts = (
-            TranscriptWriter(self.config.output_dir, self.config.transcript_rate, self.config.seed)
-            if self.config.transcript_rate > 0
+            TranscriptWriter(
+                self.config.output_dir,
+                self.config.transcript_rate,
+                self.config.seed,
+                self.config.transcript_state_max_chars,
+            )
+            if self.config.transcript_rate > 0 and self.config.write_transcripts
             else None
         )
         self.generate_calls = 0
@@ -255,10 +272,11 @@ class RolloutEngine:
         params = self.config.sampling_params()
         batch = RolloutBatch(step=step, mode=mode, samples=[], outcomes=[], notices=notices)
         start = time.perf_counter()
+        snapshots = _snapshot_filter(self.config.seed, step, self.config.transcript_rate)
         if mode == "tree":
-            await self._tree(ids, step, params, batch)
+            await self._tree(ids, step, params, batch, snapshots)
         else:
-            await self._independent(ids, step, params, batch, stream="rollout")
+            await self._independent(ids, step, params, batch, stream="rollout", snapshots=snapshots)
         batch.timings["total_s"] = time.perf_counter() - start
         if self.transcripts is not None:
             batch.transcripts = self.transcripts.select(batch.samples, step)
@@ -274,10 +292,14 @@ class RolloutEngine:
         temperature: float = 0.0,
         step: int = 0,
         on_progress: ProgressHook | None = None,
+        *,
+        transcripts: TranscriptWriter | None = None,
     ) -> EvalResult:
         """Synchronous :meth:`aevaluate`."""
         _require_no_loop("evaluate", "aevaluate")
-        return asyncio.run(self.aevaluate(problem_ids, num_samples, temperature, step, on_progress))
+        return asyncio.run(
+            self.aevaluate(problem_ids, num_samples, temperature, step, on_progress, transcripts=transcripts)
+        )
 
     async def aevaluate(
         self,
@@ -286,14 +308,26 @@ class RolloutEngine:
         temperature: float = 0.0,
         step: int = 0,
         on_progress: ProgressHook | None = None,
+        *,
+        transcripts: TranscriptWriter | None = None,
     ) -> EvalResult:
         """Success rate over ``num_samples`` independent trajectories per problem at ``temperature``
-        (0: greedy). Seeds come from the ``"eval"`` stream; no transcripts are written.
+        (0: greedy). Seeds come from the ``"eval"`` stream. No transcripts are written (the engine's own
+        writer is the training rollouts'), unless a ``transcripts`` writer is given: the episodes it samples
+        (at its rate and seed, every trajectory of a sampled problem) keep their state snapshots, and their
+        records replace the writer's file in one write (:meth:`TranscriptWriter.replace`).
 
         ``on_progress(finished, total)`` is called after every decision point with the outcomes of the
         trajectories finished so far (dropped ones included) and the number of trajectories; it only
         observes (a progress bar), so results do not depend on it."""
-        batch = await self.aevaluate_batch(problem_ids, num_samples, temperature, step, on_progress)
+        if transcripts is None:
+            batch = await self.aevaluate_batch(problem_ids, num_samples, temperature, step, on_progress)
+        else:
+            batch = await self.aevaluate_batch(
+                problem_ids, num_samples, temperature, step, on_progress, transcripts=transcripts
+            )
+            batch.transcripts = transcripts.select(batch.samples, step)
+            transcripts.replace(batch.transcripts)
         return summarize_eval(batch.outcomes, float(temperature), batch.samples)
 
     async def aevaluate_batch(
@@ -303,9 +337,12 @@ class RolloutEngine:
         temperature: float = 0.0,
         step: int = 0,
         on_progress: ProgressHook | None = None,
+        *,
+        transcripts: TranscriptWriter | None = None,
     ) -> RolloutBatch:
         """The trajectories of :meth:`aevaluate` as a batch (its outcomes and samples), before the summary:
-        what EnvWorkers return, so the driver summarises the trajectories of every shard at once."""
+        what EnvWorkers return, so the driver summarises the trajectories of every shard at once. With a
+        ``transcripts`` writer, the episodes it samples keep their state snapshots (nothing is written)."""
         ids = check_problem_ids(problem_ids)
         if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
             raise ValueError(f"`num_samples` must be an integer >= 1, got {num_samples!r}")
@@ -316,7 +353,10 @@ class RolloutEngine:
         # batch.outcomes grows in place: the hook sees every trajectory finished so far.
         total = len(ids) * num_samples
         report = None if on_progress is None else functools.partial(on_progress, batch.outcomes, total)
-        await self._independent(ids, step, params, batch, stream="eval", k=num_samples, after_decision=report)
+        snapshots = None if transcripts is None else _snapshot_filter(transcripts.seed, step, transcripts.rate)
+        await self._independent(
+            ids, step, params, batch, stream="eval", k=num_samples, after_decision=report, snapshots=snapshots
+        )
         return batch
 
     def state_dict(self) -> dict[str, Any]:
@@ -420,6 +460,7 @@ class RolloutEngine:
         env_index: int,
         key: GroupKey,
         mode: str,
+        state: dict[str, Any] | None = None,
     ) -> Sample:
         return Sample(
             problem_id=episode.problem_id,
@@ -451,10 +492,18 @@ class RolloutEngine:
             mode=mode,
             selected=mode == "independent",
             group_reward=result.reward,
+            state=state,
         )
 
     # ---- tree sampling --------------------------------------------------------------------------
-    async def _tree(self, ids: list[int], step: int, params: SamplingParams, batch: RolloutBatch) -> None:
+    async def _tree(
+        self,
+        ids: list[int],
+        step: int,
+        params: SamplingParams,
+        batch: RolloutBatch,
+        snapshots: Callable[[int], bool] | None = None,
+    ) -> None:
         k = self.config.num_generations
         episodes = [_Episode(pid, index, 0, self.env_factory()) for index, pid in enumerate(ids)]
         created = [episode.env for episode in episodes]  # copies hold no outside resource; these are closed
@@ -478,7 +527,7 @@ class RolloutEngine:
                         slots.append(_Slot(episode.problem_id, envs, agents, seed))
                     decided = await self._decide(slots, turn, agent_index, params, batch)
                     for episode, slot, group in zip(active, slots, decided):
-                        self._tree_select(episode, slot, group, turn, agent_index, step, batch)
+                        self._tree_select(episode, slot, group, turn, agent_index, step, batch, snapshots)
             for episode in episodes:
                 if episode.alive:  # the turn budget ends every episode; this guards a misconfigured env
                     raise RuntimeError(
@@ -497,8 +546,10 @@ class RolloutEngine:
         agent_index: int,
         step: int,
         batch: RolloutBatch,
+        snapshots: Callable[[int], bool] | None = None,
     ) -> None:
         key = GroupKey(episode.problem_id, turn, agent_index)
+        snapshot = snapshots is not None and snapshots(episode.problem_id)
         rewards: list[float | None] = []
         members: list[Sample | None] = []
         for candidate, (completion, result) in enumerate(group):
@@ -518,6 +569,7 @@ class RolloutEngine:
                 env_index=episode.env_index,
                 key=key,
                 mode="tree",
+                state=state_snapshot(slot.envs[candidate]) if snapshot else None,
             )
             rewards.append(sample.reward)
             members.append(sample)
@@ -554,6 +606,7 @@ class RolloutEngine:
         stream: str,
         k: int | None = None,
         after_decision: Callable[[], None] | None = None,
+        snapshots: Callable[[int], bool] | None = None,
     ) -> None:
         import copy
 
@@ -614,6 +667,11 @@ class RolloutEngine:
                                 env_index=episode.env_index,
                                 key=key,
                                 mode="independent",
+                                state=(
+                                    state_snapshot(episode.env)
+                                    if snapshots is not None and snapshots(episode.problem_id)
+                                    else None
+                                ),
                             )
                         )
                         if episode.env.done:
@@ -639,6 +697,14 @@ class RolloutEngine:
         roles = [agent.role for agent in self.agents]
         if roles != order:
             raise ValueError(f"agents' roles {roles} must match the environment's turn_order {order}")
+
+
+def _snapshot_filter(seed: int, step: int, rate: float) -> Callable[[int], bool] | None:
+    """Whether a problem's episode at ``step`` is transcribed (so its samples keep state snapshots);
+    None when no episode is (``rate`` 0)."""
+    if rate <= 0:
+        return None
+    return functools.cache(lambda problem_id: episode_sampled(seed, step, problem_id, rate))
 
 
 def _outcome(episode: _Episode, dropped: bool = False) -> ProblemOutcome:

@@ -82,6 +82,9 @@ class Sample:
     ``alpha * global_reward + local_reward`` of the step on the copy this candidate was applied to.
     ``group_reward`` is the number the trainer groups (see the module docstring). ``selected`` marks the
     tree branch that continued (always True in independent mode, where every trajectory continues).
+    ``state`` is the snapshot of the state right after the step
+    (:func:`~pettingllms.execution.state_snapshots.state_snapshot`), taken only for episodes whose
+    transcripts are written (else None).
     """
 
     problem_id: int
@@ -114,6 +117,7 @@ class Sample:
     selected: bool = False
     group_reward: float = 0.0
     trajectory_return: float | None = None
+    state: dict[str, Any] | None = None
 
     @property
     def num_completion_tokens(self) -> int:

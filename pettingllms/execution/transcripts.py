@@ -4,11 +4,19 @@ Which episodes are written is a seeded draw per (step, problem) (:func:`episode_
 writes the same transcripts. A written episode includes every candidate of every decision point (tree
 mode marks the branch that continued with ``selected``). Each rollout appends its lines in one write;
 on resume, :meth:`TranscriptWriter.truncate_after` drops lines of steps that will be rolled out again.
+An evaluation writes its whole file at once (:meth:`TranscriptWriter.replace`).
+
+Each record carries ``state``: the snapshot of the state right after the step
+(:mod:`pettingllms.execution.state_snapshots`), cut to ``state_max_chars`` when that is set (the cut is
+marked by ``truncated_chars`` in the snapshot, counted in :attr:`TranscriptWriter.truncated_states` and
+logged); ``null`` where the sample holds none. Files written before snapshots existed have no ``state``
+key; ``pettingllms show`` renders both as "state not recorded".
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 from collections.abc import Iterable
@@ -19,10 +27,26 @@ from comlrl.atomic_io import append_line, atomic_write_text
 from comlrl.reporting import read_jsonl
 from comlrl.seeding import derive_seed
 from pettingllms.execution.samples import Sample
+from pettingllms.execution.state_snapshots import limit_snapshot
 
-__all__ = ["TRANSCRIPT_FILE", "TranscriptWriter", "episode_sampled", "transcript_record"]
+__all__ = ["TRANSCRIPT_FILE", "TranscriptWriter", "check_state_max_chars", "episode_sampled", "transcript_record"]
 
 TRANSCRIPT_FILE = "rollouts.jsonl"
+#: The smallest ``state_max_chars`` (a smaller limit leaves nothing readable of a state).
+MIN_STATE_MAX_CHARS = 100
+
+logger = logging.getLogger("pettingllms.execution")
+
+
+def check_state_max_chars(value: Any, name: str = "transcript_state_max_chars") -> int | None:
+    """``value`` if it is None (no limit) or an integer >= 100, else a ValueError naming ``name``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < MIN_STATE_MAX_CHARS:
+        raise ValueError(
+            f"`{name}` must be null (no limit) or an integer >= {MIN_STATE_MAX_CHARS}, got {value!r}"
+        )
+    return value
 
 
 def episode_sampled(seed: int, step: int, problem_id: int, rate: float) -> bool:
@@ -44,8 +68,10 @@ def _json_safe(value: Any) -> Any:
     return repr(value)
 
 
-def transcript_record(sample: Sample, step: int) -> dict[str, Any]:
-    """The JSON record of one sample: prompt, response, parsed action or parse error, tool output, rewards."""
+def transcript_record(sample: Sample, step: int, state_max_chars: int | None = None) -> dict[str, Any]:
+    """The JSON record of one sample: prompt, response, parsed action or parse error, tool output, rewards,
+    and the state after the step (cut to ``state_max_chars``; None where the sample holds no snapshot)."""
+    state = sample.state
     return {
         "step": step,
         "mode": sample.mode,
@@ -71,21 +97,32 @@ def transcript_record(sample: Sample, step: int) -> dict[str, Any]:
         "done": sample.done,
         "success": sample.success,
         "completion_tokens": sample.num_completion_tokens,
+        "state": None if state is None else limit_snapshot(state, state_max_chars),
     }
 
 
 class TranscriptWriter:
     """Appends sampled episodes' records to ``output_dir/rollouts.jsonl``.
 
-    ``rate`` is the probability that an episode is written; ``seed`` drives the draw.
+    ``rate`` is the probability that an episode is written; ``seed`` drives the draw. ``state_max_chars``
+    cuts each record's state snapshot to that many characters (None: whole); :attr:`truncated_states`
+    counts the snapshots cut so far.
     """
 
-    def __init__(self, output_dir: str | os.PathLike, rate: float, seed: int = 0) -> None:
+    def __init__(
+        self, output_dir: str | os.PathLike, rate: float, seed: int = 0, state_max_chars: int | None = None
+    ) -> None:
         episode_sampled(seed, 0, 0, rate)  # validates `rate`
         self.output_dir = Path(output_dir)
         self.path = self.output_dir / TRANSCRIPT_FILE
         self.rate = float(rate)
         self.seed = int(seed)
+        self.state_max_chars = check_state_max_chars(state_max_chars, "state_max_chars")
+        self.truncated_states = 0
+
+    def records_state(self, step: int, problem_id: int) -> bool:
+        """Whether the episode of ``problem_id`` at ``step`` is written (so its samples need snapshots)."""
+        return episode_sampled(self.seed, step, problem_id, self.rate)
 
     def select(self, samples: Iterable[Sample], step: int) -> list[dict[str, Any]]:
         """Records of the sampled episodes' samples, in decision order."""
@@ -96,7 +133,15 @@ class TranscriptWriter:
             if sample.problem_id not in chosen:
                 chosen[sample.problem_id] = episode_sampled(self.seed, step, sample.problem_id, self.rate)
             if chosen[sample.problem_id]:
-                records.append(transcript_record(sample, step))
+                records.append(transcript_record(sample, step, self.state_max_chars))
+        cut = sum(1 for r in records if r["state"] is not None and r["state"].get("truncated_chars", 0) > 0)
+        if cut:
+            self.truncated_states += cut
+            logger.warning(
+                "transcripts of step %s: %s state snapshot(s) cut to %s characters "
+                "(rollout.transcript_state_max_chars; marked by `truncated_chars`; %s so far)",
+                step, cut, self.state_max_chars, self.truncated_states,
+            )
         return records
 
     def write(self, records: list[dict[str, Any]]) -> None:
@@ -106,6 +151,12 @@ class TranscriptWriter:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         # One write of every line; a failed one is truncated back (never half a line in the file).
         append_line(self.path, "\n".join(json.dumps(r, ensure_ascii=False) for r in records))
+
+    def replace(self, records: list[dict[str, Any]]) -> None:
+        """Make the file hold exactly ``records``, in one atomic write (an evaluation's transcripts: a
+        repeated evaluation replaces the earlier one's)."""
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
 
     def read(self) -> list[dict[str, Any]]:
         """The records; a torn last line (a kill mid-write) is dropped with a warning naming the file."""

@@ -31,7 +31,10 @@ or in the config's run.output_dir, never inside a policies folder. It holds metr
 num_problems, num_trajectories, per-agent reward and parse-error rates, and with num_samples > 1 the
 unbiased pass@k for k = 1, 2, 4, ... up to num_samples), per_problem (success rate per instance seed) and
 the settings used: seeds ([start, stop)), num_samples, temperature, run_seed, policy and config. The
-summary line states the same. A progress bar on stderr counts finished trajectories (--no-progress or
+summary line states the same. With eval.transcripts_rate > 0 (1.0: every episode) the drawn episodes are
+written, with the state after every step, to rollouts.jsonl in a folder named after the report
+(eval_results/ beside eval_results.json), which the report names under transcripts; pettingllms show
+renders them. A progress bar on stderr counts finished trajectories (--no-progress or
 run.progress=false hides it).
 
 Examples:
@@ -64,6 +67,7 @@ __all__ = [
     "policy_folder",
     "run",
     "scripted_policy_name",
+    "transcripts_dir",
 ]
 
 REPORT_FILE = "eval_results.json"
@@ -298,6 +302,8 @@ def evaluate(
     else:
         target = _scripted_target(None if config is None else str(config), str(policy), overrides)
     resolved = target.config
+    home = target.run_dir if target.run_dir is not None else Path(resolved["run"]["output_dir"])
+    destination = Path(output) if output is not None else home / REPORT_FILE
     generation = None
     if target.folder is not None:
         from comlrl.policy import MultiAgentPolicy
@@ -318,14 +324,20 @@ def evaluate(
         _, report = evaluate_policy(
             played, resolved, make_env_worker(resolved), progress=bool(resolved["run"]["progress"]),
             policy_name=target.policy_name, config_name=target.config_name,
+            transcripts_dir=transcripts_dir(destination),
         )
     finally:
         if generation is not None:
             generation.close()
-    home = target.run_dir if target.run_dir is not None else Path(resolved["run"]["output_dir"])
-    destination = Path(output) if output is not None else home / REPORT_FILE
     atomic_write_json(destination, report)
     return {**report, "output": str(destination)}
+
+
+def transcripts_dir(report: str | Path) -> Path:
+    """Where an evaluation whose report goes to ``report`` writes its transcripts: the folder named after
+    the report, beside it (``eval_results.json`` -> ``eval_results/rollouts.jsonl``)."""
+    report = Path(report)
+    return report.with_name(report.stem if report.suffix else f"{report.name}_transcripts")
 
 
 def _positionals(config: str | None, overrides: Sequence[str]) -> tuple[str | None, list[str]]:
@@ -343,7 +355,8 @@ def run(args: argparse.Namespace) -> int:
     if args.no_progress:
         overrides.append("run.progress=false")
     report = evaluate(config, checkpoint=args.checkpoint, policy=args.policy, overrides=overrides, output=args.output)
-    print(f"{eval_summary(report)} | report {report['output']}")
+    written = f" | transcripts {report['transcripts']}" if "transcripts" in report else ""
+    print(f"{eval_summary(report)} | report {report['output']}{written}")
     return 0
 
 

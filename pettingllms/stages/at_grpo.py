@@ -51,6 +51,7 @@ ROLLOUT_FIELDS = {
     "num_generations": "num_generations",
     "greedy_selection": "greedy_branch",
     "transcript_rate": "transcripts_rate",
+    "transcript_state_max_chars": "transcript_state_max_chars",
 }
 # Section keys that are the stage's, not ATGRPOConfig fields.
 STAGE_KEYS = ("max_completions", "eval_every_completions", "max_minutes")

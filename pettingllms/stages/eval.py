@@ -54,9 +54,11 @@ _PIPELINE_STATE_FILE = "pipeline_state.json"
 
 @dataclass
 class EvalSettings:
-    """The ``eval`` section: which held-out instances, how many samples at which temperature, and whether
+    """The ``eval`` section: which held-out instances, how many samples at which temperature, whether
     an ``eval_before`` runs ahead of the first RL stage (``before_training``) and greedy success is
-    measured too (``greedy``)."""
+    measured too (``greedy``), and the fraction of instances whose episodes are written as transcripts
+    (``transcripts_rate``, 0 to 1; every trajectory of a drawn instance, with its states, for
+    ``pettingllms show``)."""
 
     num_instances: int = 50
     seed_start: int = 1_000_000
@@ -64,6 +66,7 @@ class EvalSettings:
     temperature: float = 0.0
     before_training: bool = True
     greedy: bool = False
+    transcripts_rate: float = 0.0
 
     def __post_init__(self) -> None:
         for key in ("num_instances", "num_samples"):
@@ -72,6 +75,9 @@ class EvalSettings:
                 raise ValueError(f"`eval.{key}` must be an integer >= 1, got {value!r}")
         if self.temperature < 0:
             raise ValueError(f"`eval.temperature` must be >= 0 (0: greedy), got {self.temperature!r}")
+        rate = self.transcripts_rate
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate <= 1.0:
+            raise ValueError(f"`eval.transcripts_rate` must be in [0, 1], got {rate!r}")
 
     @property
     def seeds(self) -> range:
@@ -176,12 +182,16 @@ def held_out_evaluations(
     env_worker: Any = None,
     settings: EvalSettings | None = None,
     progress: bool = False,
+    transcripts_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """``{"sampled": EvalResult, "greedy": EvalResult}`` of ``policy`` (a
     :class:`~comlrl.policy.MultiAgentPolicy`, or a :class:`~pettingllms.execution.Router` such as
     :func:`scripted_router`'s) on the config's held-out instances (``greedy`` only with ``eval.greedy``),
-    played by the run's workflow. ``progress`` shows a bar per evaluation on stderr."""
-    from pettingllms.execution import EngineConfig, RolloutEngine, build_router
+    played by the run's workflow. ``progress`` shows a bar per evaluation on stderr. With
+    ``transcripts_dir`` and ``eval.transcripts_rate`` > 0, the sampled evaluation's drawn episodes are
+    written to ``transcripts_dir/rollouts.jsonl`` (replacing an earlier evaluation's), states cut to
+    ``rollout.transcript_state_max_chars``."""
+    from pettingllms.execution import EngineConfig, RolloutEngine, TranscriptWriter, build_router
 
     settings = settings if settings is not None else eval_settings("eval", config)
     name, fields, options = workflow_env(config)
@@ -207,8 +217,18 @@ def held_out_evaluations(
         env_worker=env_worker,
     )
     seeds = list(settings.seeds)
+    writer = None
+    if transcripts_dir is not None and settings.transcripts_rate > 0:
+        writer = TranscriptWriter(
+            transcripts_dir, settings.transcripts_rate, config["run"]["seed"],
+            rollout.get("transcript_state_max_chars"),
+        )
     with _progress("eval", len(seeds) * settings.num_samples, progress) as hook:
-        results = {"sampled": engine.evaluate(seeds, settings.num_samples, float(settings.temperature), on_progress=hook)}
+        results = {"sampled": engine.evaluate(
+            seeds, settings.num_samples, float(settings.temperature), on_progress=hook, transcripts=writer
+        )}
+    if writer is not None:
+        results["transcripts"] = writer.path
     if settings.greedy:
         with _progress("eval (greedy)", len(seeds), progress) as hook:
             results["greedy"] = engine.evaluate(seeds, 1, 0.0, on_progress=hook)
@@ -224,16 +244,19 @@ def evaluate_policy(
     progress: bool = False,
     policy_name: str | None = None,
     config_name: str | None = None,
+    transcripts_dir: str | Path | None = None,
 ) -> tuple[dict[str, float], dict]:
     """Success of ``policy`` on the config's held-out ``eval`` instances: ``(metrics, report)``.
 
     ``metrics`` is :func:`eval_metrics` of the sampled evaluation, plus ``greedy_success_rate`` with
     ``eval.greedy``. ``report`` is JSON-ready (see the module docstring): the metrics, the success rate
     of each instance (and, with ``eval.greedy``, the greedy ones) and the settings; ``policy_name`` and
-    ``config_name`` say what was evaluated on what (recorded when given).
+    ``config_name`` say what was evaluated on what (recorded when given). With ``transcripts_dir`` the
+    episodes ``eval.transcripts_rate`` draws are written there (:func:`held_out_evaluations`) and the
+    report names the file (``transcripts``).
     """
     settings = settings if settings is not None else eval_settings("eval", config)
-    results = held_out_evaluations(policy, config, env_worker, settings, progress)
+    results = held_out_evaluations(policy, config, env_worker, settings, progress, transcripts_dir)
     metrics = eval_metrics(results["sampled"])
     counts = success_counts(results["sampled"])
     report: dict[str, Any] = {
@@ -254,6 +277,8 @@ def evaluate_policy(
         report["policy"] = policy_name
     if config_name is not None:
         report["config"] = config_name
+    if "transcripts" in results:
+        report["transcripts"] = str(results["transcripts"])
     if "greedy" in results:
         metrics["greedy_success_rate"] = float(results["greedy"].success_rate)
         report["greedy"] = {"per_problem": _per_problem(results["greedy"])}
@@ -305,8 +330,10 @@ def _evaluated_policies(context: StageContext) -> str:
 
 
 def run_eval(context: StageContext) -> dict[str, float]:
-    """Held-out success; writes ``eval.json`` (the report of :func:`evaluate_policy`) and the stage's
-    metrics (rank 0 of a data-parallel run). A progress bar on stderr with ``run.progress``."""
+    """Held-out success; writes ``eval.json`` (the report of :func:`evaluate_policy`), the stage's
+    metrics and, with ``eval.transcripts_rate`` > 0, the drawn episodes' transcripts
+    (``rollouts.jsonl``, for ``pettingllms show``), all on rank 0 of a data-parallel run. A progress bar
+    on stderr with ``run.progress``."""
     from pettingllms.trainer import distributed as dist
 
     settings = context.settings_or(eval_settings)
@@ -319,6 +346,7 @@ def run_eval(context: StageContext) -> dict[str, float]:
         progress=context.progress and main,
         policy_name=_evaluated_policies(context),
         config_name=str(context.run_dir / RESOLVED_CONFIG_FILE),
+        transcripts_dir=context.stage_dir if main else None,
     )
     if main:
         atomic_write_json(context.stage_dir / "eval.json", report)

@@ -20,6 +20,7 @@ from comlrl.reporting import normalize_report_to
 from comlrl.rl import LOSS_TYPES, SCALE_REWARDS
 from comlrl.trainers.core.validation import StrictFromDict, check_choice, check_float, check_int, help_field
 from pettingllms.execution import POLICY_LEVELS, SAMPLING_MODES, TRAJECTORY_RETURNS
+from pettingllms.execution.transcripts import check_state_max_chars
 
 __all__ = ["LR_SCHEDULER_TYPES", "ATGRPOConfig"]
 
@@ -106,7 +107,11 @@ class ATGRPOConfig(StrictFromDict):
     max_completion_length (`int`, defaults to `256`):
         New tokens per agent response.
     transcript_rate (`float`, defaults to `0.0`):
-        Fraction of episodes written to `output_dir/rollouts.jsonl`.
+        Fraction of episodes written to `output_dir/rollouts.jsonl` (each step with the state it left,
+        for `pettingllms show`).
+    transcript_state_max_chars (`int` or `None`, defaults to `None`):
+        Characters kept of each transcribed state snapshot (at least 100; `None`: the whole state). A cut
+        snapshot is marked by its `truncated_chars` and counted in the log.
 
     > Parameters that control training
 
@@ -184,6 +189,9 @@ class ATGRPOConfig(StrictFromDict):
     top_k: int = help_field("top-k truncation (0: off)", 0)
     max_completion_length: int = help_field("new tokens per response", 256)
     transcript_rate: float = help_field("fraction of episodes transcribed", 0.0)
+    transcript_state_max_chars: int | None = help_field(
+        "characters kept of each transcribed state snapshot (None: all)", None
+    )
     # Training
     learning_rate: float = help_field("AdamW learning rate", 1e-6)
     weight_decay: float = help_field("AdamW weight decay", 0.0)
@@ -283,6 +291,7 @@ class ATGRPOConfig(StrictFromDict):
         check_float("temperature", self.temperature, gt=0.0, spell_out=True)
         check_float("top_p", self.top_p, gt=0.0, le=1.0, spell_out=True)
         check_float("transcript_rate", self.transcript_rate, ge=0.0, le=1.0, spell_out=True)
+        check_state_max_chars(self.transcript_state_max_chars)
         check_float("learning_rate", self.learning_rate, gt=0.0, spell_out=True)
         check_float("weight_decay", self.weight_decay, ge=0.0, spell_out=True)
         check_float("adam_beta1", self.adam_beta1, ge=0.0, lt=1.0, spell_out=True)
@@ -314,6 +323,7 @@ class ATGRPOConfig(StrictFromDict):
         """The :class:`~pettingllms.execution.EngineConfig` fields this config sets."""
         values = {name: getattr(self, name) for name in ENGINE_FIELDS}
         values["transcript_rate"] = self.transcript_rate
+        values["transcript_state_max_chars"] = self.transcript_state_max_chars
         values["output_dir"] = self.output_dir
         return values
 

@@ -126,8 +126,9 @@ class WorkerEngine(RolloutEngine):
 
     async def aevaluate_batch(
         self, problem_ids: Sequence[int], num_samples: int = 1, temperature: float = 0.0, step: int = 0,
-        on_progress: Any = None,
+        on_progress: Any = None, *, transcripts: Any = None,
     ) -> RolloutBatch:
+        _no_eval_transcripts(transcripts)
         ids = check_problem_ids(problem_ids)
         parts = await self._fan_out(
             "evaluation", ids, step,
@@ -139,7 +140,8 @@ class WorkerEngine(RolloutEngine):
         return batch
 
     async def aevaluate(self, problem_ids: Sequence[int], num_samples: int = 1, temperature: float = 0.0,
-                        step: int = 0, on_progress: Any = None) -> EvalResult:
+                        step: int = 0, on_progress: Any = None, *, transcripts: Any = None) -> EvalResult:
+        _no_eval_transcripts(transcripts)
         batch = await self.aevaluate_batch(problem_ids, num_samples, temperature, step, on_progress)
         return summarize_eval(batch.outcomes, float(temperature), batch.samples)
 
@@ -169,6 +171,11 @@ class WorkerEngine(RolloutEngine):
         plain = result.attempted - result.infra_failed - sum(result.model_failures.values())
         for _ in range(plain):
             budget.record()
+
+
+def _no_eval_transcripts(transcripts: Any) -> None:
+    if transcripts is not None:  # held-out evaluations run in the driver (pettingllms.stages.eval)
+        raise ValueError("an evaluation on EnvWorkers writes no transcripts; evaluate with a local RolloutEngine")
 
 
 def _first_line(error: BaseException) -> str:

@@ -66,7 +66,8 @@ class EnvWorker:
         self.index = index
         self.code_runner = sandbox() if sandbox is not None else None
         backends = {policy: RemoteBackend(actors, policy) for policy, actors in rollout_actors.items()}
-        settings = {**engine_config, "transcript_rate": 0.0, "max_infra_failure_rate": 1.0}
+        # Snapshots of the transcribed episodes are taken here (the states live here); the driver writes.
+        settings = {**engine_config, "write_transcripts": False, "max_infra_failure_rate": 1.0}
         self.engine = RolloutEngine.from_registry(
             env_name,
             env_config,
