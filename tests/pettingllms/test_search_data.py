@@ -5,13 +5,13 @@ search config loading and validating, and the oracle scoring 1.000 on every load
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from pettingllms.cli import main
 from pettingllms.envs.search.data import SearchDataError, SearchProblem, load_problems, read_jsonl
 from tests.helpers.search_data import CORPUS, FIXTURES, SOURCES, write_search_root
+
 
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory) -> str:
