@@ -10,7 +10,6 @@ import math
 import random
 
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -29,9 +28,9 @@ from pettingllms.envs.eight_queens.parsers import BoardSpec, format_answer, pars
 from pettingllms.envs.eight_queens.rewards import progress, task_reward
 from pettingllms.envs.eight_queens.solver import count_solutions, solve
 from pettingllms.envs.eight_queens.state import apply_actions, attacked_queens, attacking_pairs, is_solved
-from pettingllms.execution import EngineConfig, MixturePolicy, RolloutEngine, Router, ScriptedBackend
 from pettingllms.registry import list_agents, make_agents, make_env
 from pettingllms.scripted import OraclePolicy, RandomPolicy, play_episode
+from tests.helpers.game_checks import check_at_grpo_step_moves_the_shared_policy, check_tree_rollout_replays
 
 # 4 x 4 with one fixed queen at row 1, column 2 (0-based (0, 1)): the completion is 2 4 1 3.
 PUZZLE_4 = QueensPuzzle(4, frozenset({(0, 1)}))
@@ -301,62 +300,10 @@ def test_state_copies_are_independent():
 
 
 def test_tree_rollout_candidates_share_their_state_and_the_episode_follows_the_selected_one():
-    order = ("tool", "plan")
-    policies = {"tool": RandomPolicy(seed=1),
-                "plan": MixturePolicy([OraclePolicy(), RandomPolicy(seed=2)], [0.3, 0.7])}
-    env_config = {"size": 5, "givens": 1, "turn_order": list(order), "max_turns": 3}
-    router = Router({role: role for role in order}, ScriptedBackend(policies))
-    engine = RolloutEngine.from_registry("eight_queens", env_config, router, EngineConfig(num_generations=3, greedy_selection=True, seed=0))
-    batch = engine.rollout([0, 1, 2, 3], step=0)
-    assert batch.mode == "tree" and batch.dropped_samples == 0
-    groups = batch.groups()
-    for pid in sorted({key.problem_id for key in groups}):
-        env = make_env("eight_queens", env_config)
-        agents = make_agents("eight_queens", order)
-        asyncio.run(env.reset(pid))
-        for key in sorted((k for k in groups if k.problem_id == pid), key=lambda k: (k.turn, k.agent_index)):
-            group = groups[key]
-            assert all(s.prompt == group[0].prompt for s in group)
-            before = env.snapshot()
-            for sample in group:  # each candidate, replayed on a copy, earns what the engine recorded
-                twin, agent = env.clone(), copy.deepcopy(agents[key.agent_index])
-                agent.update_from_env(key.turn, twin)
-                agent.update_from_model(sample.response)
-                assert asyncio.run(twin.step_agent(agent)).reward == sample.reward
-            assert env.snapshot() == before
-            (chosen,) = [s for s in group if s.selected]
-            assert chosen.reward == max(s.reward for s in group)
-            agent = copy.deepcopy(agents[key.agent_index])
-            agent.update_from_env(key.turn, env)
-            agent.update_from_model(chosen.response)
-            asyncio.run(env.step_agent(agent))
-        outcome = next(o for o in batch.outcomes if o.problem_id == pid)
-        assert env.done and outcome.success == env.success and outcome.task_reward == env.task_reward
+    check_tree_rollout_replays("eight_queens", {"size": 5, "givens": 1})
 
 
 # ---- training -----------------------------------------------------------------------------------------
 
 def test_at_grpo_step_on_eight_queens_changes_the_shared_policy(tmp_path, tiny_model_path):
-    from pettingllms.trainer.at_grpo import ATGRPOTrainer
-    from pettingllms.trainer.at_grpo_config import ATGRPOConfig
-
-    class BonusTrainer(ATGRPOTrainer):
-        # the untrained model never answers: 0.5 per candidate index gives every group a spread
-        def generate_and_score(self, problem_ids, step):
-            batch = super().generate_and_score(problem_ids, step)
-            for sample in batch.samples:
-                sample.group_reward += 0.5 * sample.candidate
-            return batch
-
-    config = ATGRPOConfig(
-        policy_level="L1", max_turns=1, problems_per_step=2, num_generations=2, max_completion_length=8,
-        max_steps=1, learning_rate=1e-2, per_device_train_batch_size=8, output_dir=str(tmp_path / "run"),
-        disable_tqdm=True, seed=1,
-    )
-    trainer = BonusTrainer(config, model=tiny_model_path, env_name="eight_queens", env_config={"size": 4, "givens": 1})
-    before = [p.detach().clone() for p in trainer.policy.trainable_parameters("shared")]
-    (metrics,) = trainer.train()
-    after = trainer.policy.trainable_parameters("shared")
-    assert metrics["frac_reward_zero_std"] == 0.0 and metrics["policy/shared/optimizer_steps"] >= 1
-    assert all(not torch.equal(a, b) for a, b in zip(before, after))
-    assert {"agent/tool/turn_0/reward_mean", "agent/plan/turn_0/reward_mean"} <= set(metrics)
+    check_at_grpo_step_moves_the_shared_policy("eight_queens", {"size": 4, "givens": 1}, tiny_model_path, str(tmp_path / "run"))
