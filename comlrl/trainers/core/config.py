@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 
 from comlrl.reporting import normalize_report_to
 from comlrl.rl import CRITIC_TYPES, KL_ESTIMATORS, LOSS_TYPES
+from comlrl.trainers.core.optimization import TrainingKnobFields
 from comlrl.trainers.core.validation import (
     StrictFromDict,
     canonical_choice,
@@ -128,11 +129,13 @@ FIELD_RULES: dict[str, Callable[[str, Any], None]] = {
 
 
 @dataclass
-class TrainerConfig(StrictFromDict):
+class TrainerConfig(TrainingKnobFields, StrictFromDict):
     r"""
     The fields every comlrl trainer config shares ([`MADPOConfig`], [`MARLHFConfig`], their iterative
     variants, [`MAGRPOConfig`], [`IACConfig`], [`MAACConfig`]); not used on its own. Names and defaults are
-    those of the public CoMLRL 1.4.3 configs; a config states where its defaults differ.
+    those of the public CoMLRL 1.4.3 configs; a config states where its defaults differ. The optimisation
+    knobs (gradient accumulation, LR schedule, clipping, bf16 / fp16, `save_steps`) are those of
+    [`TrainingKnobFields`].
 
     Parameters:
         > Parameters that control the model
@@ -340,6 +343,7 @@ class TrainerConfig(StrictFromDict):
         self.agent_devices = normalize_devices("agent_devices", self.agent_devices)
         self.reference_devices = normalize_devices("reference_devices", self.reference_devices)
         self.report_to = normalize_report_to(self.report_to)
+        self._normalize_training_knobs()
         for name in ("output_dir", "logging_dir"):
             if isinstance(getattr(self, name), os.PathLike):
                 setattr(self, name, os.fspath(getattr(self, name)))
@@ -377,6 +381,7 @@ class TrainerConfig(StrictFromDict):
         self._validate_episode()
         self._validate_training()
         self._validate_eval_and_outputs()
+        self._validate_training_knobs()
 
     def _check_fields(self, *names: str) -> None:
         """The :data:`FIELD_RULES` of ``names``, in that order."""
@@ -421,7 +426,7 @@ class TrainerConfig(StrictFromDict):
 
     # -- step 4: warnings ---------------------------------------------------------------------------
     def _warn_ineffective(self) -> None:
-        pass
+        self._warn_ineffective_training_knobs()
 
     # -- derived values -----------------------------------------------------------------------------
     @property

@@ -231,14 +231,16 @@ def play_trajectories(
 # ---- training on the episodes ------------------------------------------------------------------------------
 
 
-def train_multi_turn_epoch(learner: Any, items: Sequence[Any], *, epoch: int, round_index: int, desc: str) -> None:
-    """One multi-turn pass of :class:`~comlrl.trainers.core.policy_learning.PolicyLearner` over ``items``: per
-    buffer of ``rollout_buffer_size`` items, play its episodes (trees or trajectories), then update turn by
-    turn (turn 1 first), ``train_batch_size`` nodes (turns) per update."""
+def train_multi_turn_epoch(
+    learner: Any, items: Sequence[Any], *, epoch: int, round_index: int, desc: str, start_buffer: int = 0
+) -> None:
+    """One multi-turn pass of :class:`~comlrl.trainers.core.policy_learning.PolicyLearner` over ``items`` from
+    buffer ``start_buffer``: per buffer of ``rollout_buffer_size`` items, play its episodes (trees or
+    trajectories), then update turn by turn (turn 1 first), ``train_batch_size`` nodes (turns) per update."""
     trainer, args = learner.trainer, learner.args
     stream, buffer, batch = f"rl/{round_index}", args.rollout_buffer_size, args.train_batch_size
-    with trainer.progress_bar(total=len(items), desc=desc, unit="item") as bar:
-        for start in range(0, len(items), buffer):
+    with trainer.progress_bar(total=len(items), initial=start_buffer * buffer, desc=desc, unit="item") as bar:
+        for start in range(start_buffer * buffer, len(items), buffer):
             chunk = list(items[start : start + buffer])
             indices = list(range(start, start + len(chunk)))
             if learner.algorithm in ("iac", "maac"):
@@ -258,6 +260,7 @@ def train_multi_turn_epoch(learner: Any, items: Sequence[Any], *, epoch: int, ro
                         old_values=None if level.old_values is None else [v[part] for v in level.old_values],
                         env_steps=sum(level.env_steps[part]),
                     )
+            learner.buffer_done(start // buffer + 1)
             bar.update(len(chunk))
 
 

@@ -21,6 +21,7 @@ class OnlineRLTrainer(MultiAgentTrainerBase):
 
     Checkpoints (``train(checkpoint_dir=...)``) commit after every epoch (``checkpoint-{epochs done}``) and
     hold the weights, optimizers, critics, random streams and metrics; a resumed run continues exactly.
+    ``save_steps`` checkpoints fall after a rollout buffer (the first buffer end at or after the due step).
     Extra keywords: ``critic_model``, ``critics`` (actor-critic backends), ``metrics_callback``.
     """
 
@@ -59,12 +60,16 @@ class OnlineRLTrainer(MultiAgentTrainerBase):
         items = self._require_train_items()
         epochs = self.args.num_train_epochs
         reward_fn = task_reward_fn(self)
-        for epoch in range(int(self.data_cursor.get("epochs_done", 0)), epochs):
+        start, in_epoch = int(self.data_cursor.get("epochs_done", 0)), int(self.data_cursor.get("in_epoch", 0))
+        # One LR schedule over the run (a resume continues it).
+        self.gradient_steps.begin_phase(epochs * self.rl.planned_steps(len(items)), resume=bool(start or in_epoch))
+        for epoch in range(start, epochs):
             self.rl.run_epoch(
                 items,
                 epoch=epoch,
                 reward_fn=reward_fn,
                 desc=f"{type(self).__name__} epoch {epoch + 1}/{epochs}",
+                start_buffer=in_epoch if epoch == start else 0,
             )
             self._flush_window()
             self.data_cursor = {"epochs_done": epoch + 1}

@@ -71,6 +71,7 @@ from comlrl.rl import (
 )
 from comlrl.trainers.core.critics import ValueModel, agent_critic_text, build_critics, joint_critic_text
 from comlrl.trainers.core.models import pad_token_id, scoring_mode
+from comlrl.trainers.core.optimization import accumulated_steps
 from comlrl.trainers.core.oracle import NonFiniteRewardError
 from comlrl.trainers.core.reference import ReferencePolicy, shaped_rewards
 from comlrl.trainers.core.sampling import ItemSample
@@ -170,6 +171,8 @@ class PolicyLearner(TrainerPart):
                 torch.optim.AdamW(c.critic_parameters(), lr=args.resolved_critic_learning_rate)
                 for c in self.critics
             ]
+            for c, optimizer in enumerate(self.critic_optimizers):  # stepped, clipped, scheduled with the agents
+                trainer.gradient_steps.add_optimizer(f"critic_{c}", optimizer)
         elif critic_model is not None or critics is not None:
             raise ValueError(
                 f"`critic_model` / `critics` need an actor-critic backend (maac or iac); "
@@ -177,6 +180,22 @@ class PolicyLearner(TrainerPart):
             )
 
     # ------------------------------------------------------------------------------------ the epoch
+    def planned_steps(self, num_items: int) -> int:
+        """Optimizer steps of one epoch over ``num_items`` items (the LR schedule's horizon per epoch): exact
+        for one turn; for several, a bound (every tree node or trajectory turn of a buffer trains, as when
+        no episode ends early)."""
+        args = self.args
+        buffer, batch, turns = args.rollout_buffer_size, args.train_batch_size, int(getattr(args, "num_turns", 1))
+        if self.algorithm in MAGRPO_FAMILY:
+            branch = args.num_generations ** (len(self.trainer.agent_names) if args.joint_mode == "cross" else 1)
+        else:
+            branch = 1
+        micro = 0
+        for start in range(0, num_items, buffer):
+            rows = min(buffer, num_items - start)
+            micro += sum(-(-(rows * branch**t) // batch) for t in range(turns))
+        return accumulated_steps(micro, args.gradient_accumulation_steps)
+
     def run_epoch(
         self,
         items: Sequence[Any],
@@ -185,28 +204,44 @@ class PolicyLearner(TrainerPart):
         reward_fn: RewardFn,
         round_index: int = 0,
         desc: str = "RL epoch",
+        start_buffer: int = 0,
     ) -> None:
         """One pass over ``items`` in order: sample a buffer, score it, update per ``train_batch_size``
-        (``num_turns > 1``: the buffer's episodes, :mod:`comlrl.trainers.core.multi_turn`)."""
+        (``num_turns > 1``: the buffer's episodes, :mod:`comlrl.trainers.core.multi_turn`), from buffer
+        ``start_buffer`` on a resume. After each buffer the data cursor's ``in_epoch`` counts the buffers done
+        (a ``save_steps`` checkpoint may be written there); the epoch's last optimizer step takes a partial
+        group of micro-batches."""
         args, trainer = self.args, self.trainer
         if int(getattr(args, "num_turns", 1)) > 1:
             from comlrl.trainers.core.multi_turn import train_multi_turn_epoch
 
-            return train_multi_turn_epoch(self, items, epoch=epoch, round_index=round_index, desc=desc)
-        buffer, batch = args.rollout_buffer_size, args.train_batch_size
-        batches = trainer.sample_batches(
-            items, buffer, n=args.num_generations, stream=f"rl/{round_index}", step=epoch, desc=desc
-        )
-        for _, indices, samples in batches:
-            rewards = reward_fn(samples)
-            _check_rewards(rewards, samples, args.num_generations)
-            for first in range(0, len(samples), batch):
-                trainer._maybe_evaluate()
-                self.training_step(
-                    samples[first : first + batch],
-                    rewards[first : first + batch],
-                    where=f"round {round_index}, epoch {epoch}, item {indices[0] + first}",
-                )
+            train_multi_turn_epoch(
+                self, items, epoch=epoch, round_index=round_index, desc=desc, start_buffer=start_buffer
+            )
+        else:
+            buffer, batch = args.rollout_buffer_size, args.train_batch_size
+            batches = trainer.sample_batches(
+                items, buffer, n=args.num_generations, stream=f"rl/{round_index}", step=epoch, desc=desc,
+                start=start_buffer * buffer,
+            )  # fmt: skip
+            for _, indices, samples in batches:
+                rewards = reward_fn(samples)
+                _check_rewards(rewards, samples, args.num_generations)
+                for first in range(0, len(samples), batch):
+                    trainer._maybe_evaluate()
+                    self.training_step(
+                        samples[first : first + batch],
+                        rewards[first : first + batch],
+                        where=f"round {round_index}, epoch {epoch}, item {indices[0] + first}",
+                    )
+                self.buffer_done(indices[0] // buffer + 1)
+        trainer.gradient_steps.flush()
+        trainer.data_cursor.pop("in_epoch", None)
+
+    def buffer_done(self, buffers: int) -> None:
+        """``buffers`` rollout buffers of the epoch are trained on: a point a run can resume from."""
+        self.trainer.data_cursor["in_epoch"] = buffers
+        self.trainer.save_due_checkpoint()
 
     # ------------------------------------------------------------------------------------ one update
     def training_step(
@@ -240,10 +275,12 @@ class PolicyLearner(TrainerPart):
         immediate = torch.tensor([float(r) for row in rewards for r in row], dtype=torch.float32)
         returns = per_agent[0] if per_agent is not None else immediate
         groups = torch.arange(num_items).repeat_interleave(k)
-        self._zero_grad()
+        steps, rows = trainer.gradient_steps, num_items * k
+        steps.start_micro_batch()
         critic_values, value_losses = None, []
         if self.algorithm == "maac":
-            critic_values = self._joint_values(samples, k)
+            with steps.autocast():
+                critic_values = self._joint_values(samples, k).float()
         agent_losses, advantages_seen, kls, lengths = [], [], [], []
         for a, agent in enumerate(trainer.agent_names):
             model = trainer.policy.handle(agent).model
@@ -251,10 +288,11 @@ class PolicyLearner(TrainerPart):
             baseline = None if baselines is None else baselines[a if self.algorithm == "iac" else 0]
             # Backward inside the block: peft only lets the active adapter accumulate gradients.
             with trainer.policy.activate(agent), scoring_mode(model, args.disable_dropout):
-                out = self.agent_loss(a, samples, agent_ret, groups, critic_values, baseline)
+                with steps.autocast():
+                    out = self.agent_loss(a, samples, agent_ret, groups, critic_values, baseline)
                 if not is_finite(out.total):  # one sync; every non-finite part reaches the total
                     return self._skip(where, f"{', '.join(_nonfinite_parts(out))} of agent {a}")
-                out.total.backward()
+                steps.backward(out.total, rows)
             if out.value_loss is not None:
                 value_losses.append(out.value_loss.detach())
             agent_losses.append(float(out.loss.detach()))
@@ -265,9 +303,9 @@ class PolicyLearner(TrainerPart):
             v_loss = self._value_loss(critic_values, returns)
             if not is_finite(v_loss):  # the critic values were checked with every agent's loss
                 return self._skip(where, "value loss of the joint critic")
-            (args.value_loss_coef * v_loss).backward()
+            steps.backward(args.value_loss_coef * v_loss, rows)
             value_losses.append(v_loss.detach())
-        self._step()
+        steps.end_micro_batch(rows)
         trainer.nonfinite.finite_step()
         metrics = self._metrics(returns, groups, agent_losses, advantages_seen, kls, lengths, immediate, turn)
         if self.critics:
@@ -431,18 +469,9 @@ class PolicyLearner(TrainerPart):
         return {str(key): float(value) for key, value in out.items()}
 
     # ------------------------------------------------------------------------------------ optimizers
-    def _zero_grad(self) -> None:
-        for optimizer in [*self.trainer.optimizers, *self.critic_optimizers]:
-            optimizer.zero_grad(set_to_none=True)
-
-    def _step(self) -> None:
-        self.trainer.step_optimizers()
-        for optimizer in self.critic_optimizers:
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-
     def _skip(self, where: str, what: str) -> None:
-        self._zero_grad()  # gradients of the agents scored before stay unused: no parameter changes
+        # Gradients of the agents scored before are dropped (the group's earlier micro-batches keep theirs).
+        self.trainer.gradient_steps.discard_micro_batch()
         self.trainer.record_nonfinite(where, what)
         return None
 

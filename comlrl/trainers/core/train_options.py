@@ -27,6 +27,7 @@ PORTABLE_FIELDS = frozenset(
         "run_name",
         "disable_tqdm",
         "save_total_limit",
+        "save_steps",
         "agent_devices",
         "comparator_devices",
         "reference_devices",
@@ -54,6 +55,7 @@ class CheckpointPlan:
     interval: int = 1
     total_limit: int | None = None
     resume_from: Path | None = None
+    save_directory: Path | None = None  # where save_steps checkpoints go (None: save_steps is off)
 
 
 def plan_checkpoints(
@@ -64,10 +66,13 @@ def plan_checkpoints(
     *,
     output_dir: str | os.PathLike,
     save_total_limit: int | None,
+    save_steps: int | None = None,
 ) -> CheckpointPlan:
     """The plan of ``train(resume_from_checkpoint, checkpoint_dir, checkpoint_interval,
     checkpoint_total_limit)``: giving any of them turns checkpoints on (``UNSET`` marks the last two as
-    not given); the directory defaults to ``output_dir`` and the limit to ``save_total_limit``."""
+    not given); the directory defaults to ``output_dir`` and the limit to ``save_total_limit``. With
+    ``save_steps`` the ``save_steps`` checkpoints go to that directory (default ``output_dir``) too, whether
+    or not the commit-point checkpoints are on."""
     given = (
         resume not in (None, False)
         or directory is not None
@@ -82,11 +87,12 @@ def plan_checkpoints(
         isinstance(total_limit, bool) or not isinstance(total_limit, int) or total_limit < 1
     ):
         raise ValueError(f"`checkpoint_total_limit` must be a positive integer or None, got {total_limit!r}")
-    if not given:
-        return CheckpointPlan(directory=None)
     base = Path(directory if directory is not None else output_dir)
+    save_directory = base if save_steps else None
+    if not given:
+        return CheckpointPlan(directory=None, total_limit=total_limit, save_directory=save_directory)
     resume_from = find_checkpoint(resume, output_dir=base) if resume not in (None, False) else None
-    return CheckpointPlan(base, interval, total_limit, resume_from)
+    return CheckpointPlan(base, interval, total_limit, resume_from, save_directory)
 
 
 def json_config(args: Any) -> dict[str, Any]:

@@ -42,6 +42,7 @@ from comlrl.rollout import SamplingParams
 from comlrl.trainers.core.centralized import CentralizedCollaboration, check_adapter
 from comlrl.trainers.core.models import disable_dropout
 from comlrl.trainers.core.nonfinite import NonFiniteGuard
+from comlrl.trainers.core.optimization import GradientSteps
 from comlrl.trainers.core.oracle import NonFiniteRewardError, Oracle, OracleScores
 from comlrl.trainers.core.sampling import (
     ItemSample,
@@ -227,8 +228,15 @@ class MultiAgentTrainerBase(TrainerCore):
             )
             for name in self.policy.policies
         }
+        # Micro-batches into optimizer steps: accumulation, clipping, LR schedule, autocast, save_steps.
+        self.gradient_steps = self.add_part(
+            GradientSteps(
+                args, self.optimizers_by_policy, device_type=self.policy.device(0).type, apply_step=self._step
+            )
+        )
         self._sampling_overrides: dict[str, Any] = {}
         self._verbose = not args.disable_tqdm
+        self._plan: CheckpointPlan | None = None
         self.reset_counters()
 
     # ------------------------------------------------------------------------------------ public state
@@ -328,14 +336,15 @@ class MultiAgentTrainerBase(TrainerCore):
         return sample_prompted(self, entries, n=n, stream=stream, step=step)
 
     def sample_batches(
-        self, items: Sequence[Any], batch_size: int, *, n: int, stream: str, step: int, desc: str
+        self, items: Sequence[Any], batch_size: int, *, n: int, stream: str, step: int, desc: str, start: int = 0
     ) -> Iterator[tuple[list[Any], list[int], list[ItemSample]]]:
-        """:meth:`sample_items` over consecutive batches of ``batch_size`` items under a progress bar: yields
-        ``(batch, its item indices, samples)``; the bar advances when the caller is done with a batch."""
-        with self.progress_bar(total=len(items), desc=desc, unit="item") as bar:
-            for start in range(0, len(items), batch_size):
-                batch = list(items[start : start + batch_size])
-                indices = list(range(start, start + len(batch)))
+        """:meth:`sample_items` over consecutive batches of ``batch_size`` items from item ``start`` under a
+        progress bar: yields ``(batch, its item indices, samples)``; the bar advances when the caller is done
+        with a batch."""
+        with self.progress_bar(total=len(items), initial=start, desc=desc, unit="item") as bar:
+            for first in range(start, len(items), batch_size):
+                batch = list(items[first : first + batch_size])
+                indices = list(range(first, first + len(batch)))
                 yield batch, indices, self.sample_items(batch, indices, n=n, stream=stream, step=step)
                 bar.update(len(batch))
 
@@ -391,8 +400,10 @@ class MultiAgentTrainerBase(TrainerCore):
             checkpoint_total_limit,
             output_dir=self.args.output_dir,
             save_total_limit=self.args.save_total_limit,
+            save_steps=self.args.save_steps,
         )
         self._sampling_overrides = generation_overrides(generation_kwargs)
+        self._plan = plan
         try:
             if plan.resume_from is not None:
                 self.load_checkpoint(plan.resume_from)
@@ -403,24 +414,44 @@ class MultiAgentTrainerBase(TrainerCore):
             self._flush_window()
         finally:
             self._sampling_overrides = {}
+            self._plan = None
 
     def _run(self, plan: CheckpointPlan) -> None:
         """The training loop of one ``train()`` call; call :meth:`_commit` at each commit point."""
         raise NotImplementedError
 
-    def step_optimizers(self) -> None:
-        """One step of every policy's optimizer (its gradients cleared after), bumping the policy's version."""
+    def _step(self) -> bool:
+        """``gradient_steps`` finished a group of micro-batches: take the optimizer step."""
+        return self.step_optimizers()
+
+    def step_optimizers(self) -> bool:
+        """One step of every optimizer on the accumulated gradients (:meth:`GradientSteps.step`: averaged over
+        the group's rows, clipped, scheduled), bumping every policy's version; False when nothing trained."""
         getattr(self.backend, "sleep", lambda: None)()  # vLLM's sleep mode frees its GPU memory for the step
-        for name, optimizer in self.optimizers_by_policy.items():
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            self.policy.bump_version(name)
+        stepped = self.gradient_steps.step()
+        if stepped:
+            for name in self.optimizers_by_policy:
+                self.policy.bump_version(name)
+        return stepped
 
     def _commit(self, plan: CheckpointPlan, boundary: int, *, last: bool, force: bool = False) -> None:
-        if plan.directory is None:
+        """A commit point (``boundary``: epochs or rounds done): the ``checkpoint_interval`` checkpoint, named
+        ``boundary`` (by the optimizer steps with ``save_steps``); else a due ``save_steps`` one."""
+        if plan.directory is not None and (force or last or boundary % plan.interval == 0):
+            self.gradient_steps.save_due = False
+            step = self.gradient_steps.global_step if self.args.save_steps else boundary
+            self.save_checkpoint(plan.directory, step=step, total_limit=plan.total_limit)
+        else:
+            self.save_due_checkpoint()
+
+    def save_due_checkpoint(self) -> None:
+        """Called where a run can resume from (the data cursor says where; no micro-batch waits for its step):
+        write ``checkpoint-{optimizer steps}`` when ``save_steps`` made one due."""
+        steps, plan = self.gradient_steps, self._plan
+        if not steps.save_due or steps.pending or plan is None or plan.save_directory is None:
             return
-        if force or last or boundary % plan.interval == 0:
-            self.save_checkpoint(plan.directory, step=boundary, total_limit=plan.total_limit)
+        steps.save_due = False
+        self.save_checkpoint(plan.save_directory, step=steps.global_step, total_limit=plan.total_limit)
 
     # ------------------------------------------------------------------------------------ evaluation
     def evaluate(self, num_eval_samples: int | None = None) -> dict[str, float]:
@@ -485,7 +516,7 @@ class MultiAgentTrainerBase(TrainerCore):
         ``logging_steps`` have passed."""
         self.updates_seen += 1
         self.env_step += int(env_steps)
-        for key, value in metrics.items():
+        for key, value in {**metrics, **self.gradient_steps.step_metrics()}.items():
             self._window[key].append(float(value))
         if self.x_step - self._last_log_x >= self.args.logging_steps:
             self._flush_window()
@@ -546,6 +577,7 @@ class MultiAgentTrainerBase(TrainerCore):
             "eval_count": self.eval_count,
             **self.nonfinite.state_dict(),
             "last_log_x": self._last_log_x,
+            "window": {key: list(values) for key, values in self._window.items()},
         }
 
     def load_state_extra(self, extra: Mapping[str, Any]) -> None:
@@ -554,4 +586,4 @@ class MultiAgentTrainerBase(TrainerCore):
         self.eval_count = int(extra["eval_count"])
         self.nonfinite.load_state_dict(extra)
         self._last_log_x = int(extra["last_log_x"])
-        self._window = defaultdict(list)
+        self._window = defaultdict(list, {k: list(v) for k, v in extra.get("window", {}).items()})

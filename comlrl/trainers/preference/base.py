@@ -52,7 +52,8 @@ class SingleCollection(TrainerPart):
     """The base trainers' schedule: pairs among every training item's own candidates, collected once (round
     0, :meth:`PreferenceTrainerBase.collect_pairs`), then ``learn_from_pairs`` for ``num_train_epochs``
     epochs. Commit points: ``checkpoint-0`` right after the collection (the pairs travel in the ``pairs``
-    payload), then one per epoch (``checkpoint-{epochs done}``)."""
+    payload), then one per epoch (``checkpoint-{epochs done}``); ``save_steps`` checkpoints inside an epoch
+    resume at the batch their data cursor's ``in_epoch`` names."""
 
     comparator = None  # the pairs compare an item's own candidates
     last_stats = None
@@ -102,8 +103,13 @@ class SingleCollection(TrainerPart):
             trainer.data_cursor = {"pairs_collected": True, "epochs_done": done}
             trainer._commit(plan, done, last=done == epochs)
 
+        cursor = trainer.data_cursor
         trainer.learn_from_pairs(
-            self.pairs, round_index=0, start_epoch=trainer.data_cursor["epochs_done"], on_epoch_end=epoch_end
+            self.pairs,
+            round_index=0,
+            start_epoch=cursor["epochs_done"],
+            start_batch=cursor.get("in_epoch", 0),
+            on_epoch_end=epoch_end,
         )
 
     def payloads(self) -> dict[str, Callable[[Path], None]]:
@@ -193,9 +199,11 @@ class PreferenceTrainerBase(MultiAgentTrainerBase):
         *,
         round_index: int,
         start_epoch: int = 0,
+        start_batch: int = 0,
         on_epoch_end: Callable[[int], None] | None = None,
     ) -> None:
-        """Train the agents on ``pairs`` (MADPO: ``num_train_epochs`` epochs of the joint-margin loss).
+        """Train the agents on ``pairs`` (MADPO: ``num_train_epochs`` epochs of the joint-margin loss), from
+        epoch ``start_epoch`` and, in it, batch ``start_batch`` (MARLHF: rollout buffer) on a resume.
         ``on_epoch_end(epochs_done)`` is called after each epoch (the base trainers checkpoint there)."""
         raise NotImplementedError
 

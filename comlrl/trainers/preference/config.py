@@ -216,6 +216,7 @@ class MADPOConfig(VLLMFields, TrainerConfig):
         self._check_fields("advantage_normalization", "reference_kl_enabled", "reference_kl_coef")
 
     def _warn_ineffective(self) -> None:
+        super()._warn_ineffective()
         if self.reference_kl_enabled and not self._uses_reference_kl:
             warn(
                 "`reference_kl_enabled=True` has no effect on MADPO: its loss is reference-free, so no "

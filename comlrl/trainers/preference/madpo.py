@@ -32,6 +32,7 @@ from comlrl.rl import nonfinite_names
 from comlrl.scoring import completion_logprobs
 from comlrl.seeding import derive_seed
 from comlrl.trainers.core.models import pad_token_id, scoring_mode
+from comlrl.trainers.core.optimization import accumulated_steps
 from comlrl.trainers.preference.base import PreferenceTrainerBase
 from comlrl.trainers.preference.config import MADPOConfig, MADPOIterConfig
 from comlrl.trainers.preference.losses import (
@@ -72,22 +73,31 @@ class MADPOTrainer(PreferenceTrainerBase):
         *,
         round_index: int,
         start_epoch: int = 0,
+        start_batch: int = 0,
         on_epoch_end: Callable[[int], None] | None = None,
     ) -> None:
-        args = self.args
+        """``num_train_epochs`` epochs over ``pairs`` from epoch ``start_epoch``, batch ``start_batch`` (a
+        resume); ``gradient_accumulation_steps`` consecutive batches of an epoch make one optimizer step. The
+        data cursor's ``in_epoch`` counts the batches done, so a ``save_steps`` checkpoint resumes there."""
+        args, steps = self.args, self.gradient_steps
         ensure_token_ids(pairs, self.tokenizers, append_eos=True)
+        per_epoch = accumulated_steps(-(-len(pairs) // args.train_batch_size), args.gradient_accumulation_steps)
+        steps.begin_phase(per_epoch * args.num_train_epochs, resume=(start_epoch, start_batch) != (0, 0))
         for epoch in range(start_epoch, args.num_train_epochs):
             batches = shuffled_batches(
                 len(pairs), args.train_batch_size, derive_seed(args.seed, "shuffle", round_index, epoch)
             )
+            first = start_batch if epoch == start_epoch else 0
             desc = f"MADPO epoch {epoch + 1}/{args.num_train_epochs}"
-            with self.progress_bar(total=len(batches), desc=desc, unit="batch") as bar:
-                for indices in batches:
+            with self.progress_bar(total=len(batches), initial=first, desc=desc, unit="batch") as bar:
+                for b in range(first, len(batches)):
                     self._maybe_evaluate()
-                    self.training_step(
-                        [pairs[i] for i in indices], where=f"round {round_index}, epoch {epoch}"
-                    )
+                    self.training_step([pairs[i] for i in batches[b]], where=f"round {round_index}, epoch {epoch}")
+                    self.data_cursor["in_epoch"] = b + 1
+                    self.save_due_checkpoint()
                     bar.update(1)
+            steps.flush()
+            self.data_cursor.pop("in_epoch", None)
             if on_epoch_end is not None:
                 on_epoch_end(epoch + 1)
 
@@ -124,21 +134,25 @@ class MADPOTrainer(PreferenceTrainerBase):
         return torch.stack([zeros if m is None else m for m in margins])
 
     def training_step(self, batch: Sequence[PreferencePair], where: str = "") -> dict[str, float] | None:
-        """One MADPO update of every agent on ``batch``; returns its metrics (None when skipped)."""
-        for optimizer in self.optimizers:
-            optimizer.zero_grad(set_to_none=True)
-        margins = self.compute_margins(batch)
+        """One MADPO micro-batch of every agent on ``batch`` (an optimizer step when it completes a group of
+        ``gradient_accumulation_steps``); returns its metrics (None when skipped)."""
+        steps = self.gradient_steps
+        steps.start_micro_batch()
+        with steps.autocast():
+            margins = self.compute_margins(batch)
+        margins = margins.float()
         losses = madpo_agent_losses(margins, self.args.dpo_beta)
         total = losses.sum()
         # Margins are sums of an agent's log-probs: a non-finite one names the agent whose model produced it.
         bad = nonfinite_names({**{f"log-probs of agent {a}": m for a, m in enumerate(margins)}, "loss": total})
         if bad:
             del total, losses, margins
+            steps.discard_micro_batch()
             self.record_nonfinite(f"update {self.updates_seen + 1} ({where})", ", ".join(bad))
             return None
         with self._all_adapters_trainable():
-            total.backward()
-        self.step_optimizers()
+            steps.backward(total, len(batch))
+        steps.end_micro_batch(len(batch))
         self.nonfinite.finite_step()
         detached = margins.detach()
         reward_mean = sum(p.candidate_reward_mean for p in batch) / len(batch)

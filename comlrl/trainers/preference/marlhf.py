@@ -136,15 +136,18 @@ class MARLHFTrainer(PreferenceTrainerBase):
         *,
         round_index: int,
         start_epoch: int = 0,
+        start_batch: int = 0,
         on_epoch_end: Callable[[int], None] | None = None,
     ) -> None:
         """Fit the reward model on ``pairs`` (unless resuming past it), then run ``num_train_epochs`` RL
-        epochs."""
-        if start_epoch == 0 or self.reward_model is None:
+        epochs (one LR schedule over them), from epoch ``start_epoch``, rollout buffer ``start_batch``."""
+        resume = (start_epoch, start_batch) != (0, 0)
+        if not resume or self.reward_model is None:
             self.fit_reward_model(pairs, round_index=round_index)
         items = self._require_train_items()
         reward_fn = reward_model_fn(self.reward_model, batch_size=self.reward_batch_size)
         epochs = self.args.num_train_epochs
+        self.gradient_steps.begin_phase(epochs * self.rl.planned_steps(len(items)), resume=resume)
         for epoch in range(start_epoch, epochs):
             self.rl.run_epoch(
                 items,
@@ -152,6 +155,7 @@ class MARLHFTrainer(PreferenceTrainerBase):
                 reward_fn=reward_fn,
                 round_index=round_index,
                 desc=f"MARLHF {self.args.rl_algorithm} epoch {epoch + 1}/{epochs}",
+                start_buffer=start_batch if epoch == start_epoch else 0,
             )
             if on_epoch_end is not None:
                 on_epoch_end(epoch + 1)
@@ -203,9 +207,10 @@ class MARLHFTrainer(PreferenceTrainerBase):
 
     # ------------------------------------------------------------------------------------ checkpoints
     def _keeps_reward_model(self) -> bool:
-        """A resume after the first RL epoch continues on the fitted reward model (before it, the model is
+        """A resume after the first RL update continues on the fitted reward model (before it, the model is
         refitted, deterministically)."""
-        return self.reward_model is not None and int(self.data_cursor.get("epochs_done", 0)) >= 1
+        cursor = self.data_cursor
+        return self.reward_model is not None and bool(cursor.get("epochs_done", 0) or cursor.get("in_epoch", 0))
 
     def checkpoint_payloads(self) -> dict[str, Callable[[Path], None]]:
         payloads = dict(super().checkpoint_payloads())
@@ -241,5 +246,7 @@ class MARLHFIterTrainer(MARLHFTrainer):
         the next fit."""
         args = self.args
         return self.reward_model is not None and (
-            args.preference_scoring_reward == "reward_model" or args.reward_warm_start
+            args.preference_scoring_reward == "reward_model"
+            or args.reward_warm_start
+            or self.rounds.round_in_progress  # a save_steps checkpoint inside a round's RL stage
         )

@@ -64,6 +64,7 @@ from comlrl.rl import nonfinite_names
 from comlrl.seeding import derive_seed
 from comlrl.trainers.core.models import hidden_size, last_token_index
 from comlrl.trainers.core.nonfinite import SETTING, NonFiniteError
+from comlrl.trainers.core.optimization import GradientSteps, accumulated_steps
 from comlrl.trainers.core.validation import check_choice, check_int
 
 logger = logging.getLogger(__name__)
@@ -663,6 +664,7 @@ def fit_reward_model(
     max_nonfinite_fraction: float = 0.1,
     max_nonfinite_losses_in_a_row: int = 10,
     on_step: Callable[[dict[str, float]], None] | None = None,
+    training: Any = None,
 ) -> dict[str, float]:
     """Fit ``model`` in place with the Bradley–Terry loss; return the metrics.
 
@@ -674,6 +676,10 @@ def fit_reward_model(
     logged; the fit stops with an error past ``max_nonfinite_fraction`` of the planned steps, after
     ``max_nonfinite_losses_in_a_row`` skipped steps in a row (the trainers' setting, same meaning), or when
     no step went through. ``on_step`` receives ``{"reward_model/step_loss", ...}`` per step.
+    ``training``: an object with the :class:`~comlrl.trainers.core.optimization.TrainingKnobFields` (the
+    trainer's config): gradient accumulation over consecutive batches of an epoch, its LR schedule over the
+    fit's optimizer steps, clipping (``max_grad_norm`` here wins) and bf16 / fp16 autocast; ``save_steps``
+    does not apply (a fit is redone on resume). ``reward_model/steps`` counts the batches that went through.
 
     Returns ``reward_model/loss`` and ``reward_model/accuracy`` (the last epoch, each pair scored before
     its update, as TRL reports them), ``reward_model/eval_loss`` and ``reward_model/eval_accuracy`` (held
@@ -706,6 +712,11 @@ def fit_reward_model(
     generator = torch.Generator().manual_seed(derive_seed(seed, "reward_model", "shuffle"))
     num_pairs = len(winners)
     steps_per_epoch = math.ceil(num_pairs / batch_size)
+    updates = GradientSteps(training, {"reward_model": optimizer}, device_type=model.device.type)
+    updates.save_steps = None
+    if max_grad_norm is not None:
+        updates.max_grad_norm = float(max_grad_norm) or None
+    updates.begin_phase(epochs * accumulated_steps(steps_per_epoch, updates.k))
     allowed_skips = max_nonfinite_fraction * steps_per_epoch * epochs
     model.eval()  # dropout off while fitting: deterministic given the seed
     steps = skipped = in_a_row = 0
@@ -715,9 +726,12 @@ def fit_reward_model(
         order = torch.randperm(num_pairs, generator=generator).tolist()
         for start in range(0, num_pairs, batch_size):
             rows = order[start : start + batch_size]
-            chosen, rejected = model.pair_rewards(
-                [winners.input_ids[i] for i in rows], [losers.input_ids[i] for i in rows]
-            )
+            updates.start_micro_batch()
+            with updates.autocast():
+                chosen, rejected = model.pair_rewards(
+                    [winners.input_ids[i] for i in rows], [losers.input_ids[i] for i in rows]
+                )
+            chosen, rejected = chosen.float(), rejected.float()
             loss = bradley_terry_loss(chosen, rejected)
             bad = nonfinite_names({"winner rewards": chosen, "loser rewards": rejected, "Bradley–Terry loss": loss})
             if bad:
@@ -737,14 +751,11 @@ def fit_reward_model(
                         f"reward model fitting stopped: {skipped} non-finite losses in "
                         f"{steps + skipped} steps exceed `max_nonfinite_fraction` ({max_nonfinite_fraction})"
                     )
-                optimizer.zero_grad(set_to_none=True)
+                updates.discard_micro_batch()
                 continue
             in_a_row = 0
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if max_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
-            optimizer.step()
+            updates.backward(loss, len(rows))
+            updates.end_micro_batch(len(rows))
             steps += 1
             epoch_loss += loss.item() * len(rows)
             epoch_correct += (chosen > rejected).sum().item()
@@ -757,6 +768,7 @@ def fit_reward_model(
                         "reward_model/step": float(steps),
                     }
                 )
+        updates.flush()
     optimizer.zero_grad(set_to_none=True)
     if steps == 0:  # nothing was fit: the model is its initialisation, not a reward model
         raise NonFiniteError(
@@ -786,10 +798,11 @@ def fit_reward_model_from_config(
 
     ``seed`` drives both the split and the shuffling (the trainer derives it per round). Non-finite steps
     stop the fit after the config's ``max_nonfinite_losses_in_a_row`` in a row, as they stop the trainers
-    (no fraction limit unless ``max_nonfinite_fraction`` is passed).
+    (no fraction limit unless ``max_nonfinite_fraction`` is passed); the config's training knobs apply.
     """
     kwargs.setdefault(SETTING, config.max_nonfinite_losses_in_a_row)
     kwargs.setdefault("max_nonfinite_fraction", 1.0)
+    kwargs.setdefault("training", config)  # accumulation, LR schedule, clipping and precision of the config
     train, held_out = split_pairs(pairs, config.reward_eval_fraction, seed)
     return fit_reward_model(
         model,

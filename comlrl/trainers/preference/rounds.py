@@ -14,6 +14,10 @@ Round r of ``num_iterations`` (1-based), top to bottom:
    model, then RL);
 5. ``comparator.end_round(r)``; a checkpoint may be written (``train(checkpoint_dir=...)``).
 
+A ``save_steps`` checkpoint inside a round (during step 4) keeps the round's training pairs (payload
+``round_pairs``) and where learning stood (data cursor ``round_pairs``, ``epochs_done``, ``in_epoch``); a run
+resumed from it goes on with step 4 there, then step 5.
+
 Logged per round: ``iter/current_iteration``, ``iter/current_preference_pairs``,
 ``iter/total_preference_pairs``, ``iter/train_preference_pairs`` (the public names), and
 ``iter/failed_items``, ``iter/comparator_unparsed``, ``iter/tied_comparisons``,
@@ -50,6 +54,7 @@ from comlrl.trainers.preference.records import (
     read_round,
     round_file_name,
     sidecar_path,
+    write_round,
 )
 from comlrl.trainers.preference.replay import PreferenceReplayBuffer
 
@@ -59,6 +64,7 @@ __all__ = ["PreferenceRounds", "RoundStats"]
 
 REPLAY_PAYLOAD = "replay"
 COMPARATOR_PAYLOAD = "comparator"
+ROUND_PAIRS_PAYLOAD = "round_pairs"
 
 
 @dataclass
@@ -96,6 +102,7 @@ class PreferenceRounds(TrainerPart):
         self._comparator = comparator
         self.replay_buffer: PreferenceReplayBuffer | None = None
         self.last_stats: RoundStats | None = None
+        self.train_pairs: list[PreferencePair] | None = None  # the training pairs of the round in progress
         if trainer.args.log_reward_distribution:
             reward_range(trainer.reward_func)  # checked now, not after the first round
 
@@ -152,13 +159,22 @@ class PreferenceRounds(TrainerPart):
         with trainer.progress_bar(total=total, desc="Rounds", unit="round") as bar:
             bar.update(done)
             for round_index in range(done + 1, total + 1):
-                self.run_round(round_index)
+                if self.round_in_progress:  # resumed from a save_steps checkpoint inside this round
+                    self.learn_round(round_index)
+                else:
+                    self.run_round(round_index)
                 trainer.data_cursor = {"rounds_done": round_index}
                 trainer._commit(plan, round_index, last=round_index == total)
                 bar.update(1)
 
+    @property
+    def round_in_progress(self) -> bool:
+        """Whether the data cursor stands inside a round's learning (its pairs drawn, its update going on)."""
+        return bool(self.trainer.data_cursor.get("round_pairs"))
+
     def on_fresh_run(self) -> None:
         self.replay_buffer = None
+        self.train_pairs = None
 
     def run_round(self, round_index: int) -> None:
         """One round: compare, store, draw, learn (see the module docstring)."""
@@ -204,16 +220,35 @@ class PreferenceRounds(TrainerPart):
             )
         trainer._log(metrics)
         self.last_stats = stats
-        if train_pairs:
+        self.train_pairs = train_pairs
+        trainer.data_cursor = {"rounds_done": round_index - 1, "round_pairs": True, "epochs_done": 0}
+        self.learn_round(round_index)
+
+    def learn_round(self, round_index: int) -> None:
+        """Learn from the round's training pairs (from where the data cursor stands), then close the round."""
+        trainer, args = self.trainer, self.trainer.args
+        cursor = trainer.data_cursor
+
+        def epoch_end(done: int) -> None:
+            trainer._flush_window()
+            cursor["epochs_done"] = done
+            trainer.save_due_checkpoint()
+
+        if self.train_pairs:
             trainer.learn_from_pairs(
-                train_pairs, round_index=round_index, on_epoch_end=lambda _: trainer._flush_window()
+                self.train_pairs,
+                round_index=round_index,
+                start_epoch=int(cursor.get("epochs_done", 0)),
+                start_batch=int(cursor.get("in_epoch", 0)),
+                on_epoch_end=epoch_end,
             )
         else:
             logger.warning(
                 "round %d: no training pairs (all comparisons tied or failed); no update", round_index
             )
         trainer._flush_window()
-        comparator.end_round(round_index)
+        self.comparator.end_round(round_index)
+        self.train_pairs = None
         if args.saves_policy_snapshots:
             trainer.policy.save(Path(args.policy_checkpoint_dir) / f"iteration_{round_index:04d}")
 
@@ -347,10 +382,18 @@ class PreferenceRounds(TrainerPart):
                 _write_state(folder, state)
 
             payloads[COMPARATOR_PAYLOAD] = write_comparator
+        pairs = self.train_pairs
+        if self.round_in_progress and pairs is not None:
+            name = round_file_name(self.checkpoint_step() + 1)
+            payloads[ROUND_PAIRS_PAYLOAD] = lambda folder: write_round(folder / name, self.checkpoint_step() + 1, pairs)
         return payloads
 
     def restore(self, checkpoint: Path) -> None:
         rounds_done = self.checkpoint_step()
+        self.train_pairs = None
+        if self.round_in_progress:
+            folder = extra_dir(checkpoint, ROUND_PAIRS_PAYLOAD)
+            self.train_pairs = read_round(folder / round_file_name(rounds_done + 1)).pairs
         replay_dir = Path(self.trainer.args.resolved_preference_replay_dir)
         try:
             source = extra_dir(checkpoint, REPLAY_PAYLOAD)

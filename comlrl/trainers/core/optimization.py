@@ -1,0 +1,427 @@
+"""The training knobs every comlrl trainer shares, declared and run in one place: gradient accumulation, the
+learning-rate schedule with warm-up, gradient clipping, bf16 / fp16 autocast, and when ``save_steps``
+checkpoints fall due.
+
+The config fields are :class:`TrainingKnobFields` (transformers' ``TrainingArguments`` names and meanings;
+the defaults keep the public CoMLRL behaviour: one micro-batch per step, a constant learning rate, no
+clipping, float32, no checkpoints). A trainer drives :class:`GradientSteps` per micro-batch::
+
+    steps.start_micro_batch()              # the gradients of the group's earlier micro-batches are set aside
+    with steps.autocast(): loss = ...      # forward passes in bf16 / fp16 when asked
+    steps.backward(loss, rows)             # rows: the micro-batch's pairs / joint responses / tree nodes
+    steps.end_micro_batch(rows)            # or steps.discard_micro_batch() (a skipped, non-finite one)
+    ...
+    steps.flush()                          # the end of an epoch: a partial group steps too
+
+**Accumulation.** ``gradient_accumulation_steps`` (k) consecutive micro-batches form one optimizer step.
+Every trainer's loss is a mean over the rows of its micro-batch; with k > 1 it is back-propagated times its
+row count and, before the step, the gradients are divided by the rows of the whole step, so the step
+follows the gradient of the mean over all rows of its k micro-batches: the update of one micro-batch k
+times larger (exactly, up to float rounding, for every loss averaged over rows: MADPO, the reward model,
+the ``sequence_sum`` / ``grpo`` / ``dr_grpo`` policy losses and the value losses; the token-averaged
+``bnpo`` / ``token`` / ``dapo`` losses weigh each micro-batch by its rows, not its tokens). A skipped
+micro-batch adds nothing (the others' gradients are kept) but holds its place in the group, so the groups
+stay those of the larger batch. With k = 1 the loss is back-propagated as it is (bitwise the old update).
+
+**Data parallel.** Under a launcher (:mod:`comlrl.distributed`) the step first sums every parameter's
+gradient and the rows over the ranks, so the division gives the mean over the global rows (set
+``all_reduce``; the trainers do).
+
+**LR schedule.** ``transformers.get_scheduler(lr_scheduler_type, optimizer, warmup, horizon)`` for every
+optimizer, over a *phase* whose optimizer steps the trainer counts before it starts (:meth:`begin_phase`):
+the whole run of MAGRPO / IAC / MAAC and of the base preference trainers after pair collection (MARLHF:
+its RL stage), one round of the iterative ones. Warm-up is ``warmup_steps`` when > 0, else
+``ceil(warmup_ratio · horizon)`` (transformers' rule). The schedule's state is its phase (horizon, warm-up,
+steps done), kept in checkpoints, so a resumed run rebuilds the same schedulers.
+
+**Clipping.** With ``max_grad_norm`` > 0 each optimizer's parameters (one policy, or one critic) are
+clipped to that norm (``torch.nn.utils.clip_grad_norm_``); ``grad_norm`` is the largest norm before
+clipping. **Precision.** ``bf16`` / ``fp16``: ``torch.autocast`` around the forward passes (weights and
+optimizer states stay float32); fp16 adds loss scaling (``torch.amp.GradScaler``) and needs CUDA.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Mapping
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from comlrl.trainers.core.trainer_core import TrainerPart
+from comlrl.trainers.core.validation import check_bool, check_float, check_int, help_field, warn
+
+__all__ = [
+    "LR_SCHEDULER_TYPES",
+    "GradientSteps",
+    "TrainingKnobFields",
+    "accumulated_steps",
+    "build_lr_scheduler",
+    "warmup_steps_for",
+]
+
+# transformers' SchedulerType values a step-count schedule can use (reduce_lr_on_plateau needs a metric,
+# greedy a loss: neither fits these trainers).
+LR_SCHEDULER_TYPES = (
+    "constant",
+    "constant_with_warmup",
+    "linear",
+    "cosine",
+    "cosine_with_restarts",
+    "polynomial",
+    "inverse_sqrt",
+    "cosine_with_min_lr",
+    "cosine_warmup_with_min_lr",
+    "warmup_stable_decay",
+)
+
+
+@dataclass
+class TrainingKnobFields:
+    r"""
+    The optimisation knobs of every comlrl trainer config (transformers' `TrainingArguments` names and
+    meanings); a mixin of [`TrainerConfig`]. The defaults keep the public CoMLRL behaviour.
+
+    Parameters:
+        > Parameters that control the optimizer steps
+
+        gradient_accumulation_steps (`int`, *optional*, defaults to `1`):
+            Micro-batches (of `train_batch_size` rows each) per optimizer step. The step is the update of one
+            batch this many times larger (the loss is the mean over all rows of the step); an epoch's last
+            step may hold fewer. Under a data-parallel launcher, the global batch of a step is
+            `train_batch_size × gradient_accumulation_steps × processes`.
+        lr_scheduler_type (`str`, *optional*, defaults to `"constant"`):
+            transformers' schedule name (`constant`, `constant_with_warmup`, `linear`, `cosine`,
+            `cosine_with_restarts`, `polynomial`, `inverse_sqrt`, ...), applied by
+            `transformers.get_scheduler` to every optimizer over the trainer's optimizer steps (one round of
+            an iterative trainer). The public library has none, hence `constant` (transformers: `linear`).
+        lr_scheduler_kwargs (`dict`, *optional*):
+            Extra keywords of the schedule (e.g. `{"num_cycles": 2}`, `{"min_lr": 1e-7}`).
+        warmup_steps (`int`, *optional*, defaults to `0`):
+            Optimizer steps of linear warm-up from 0; overrides `warmup_ratio` when > 0.
+        warmup_ratio (`float`, *optional*, defaults to `0.0`):
+            Warm-up as a fraction of the schedule's optimizer steps, in [0, 1].
+        max_grad_norm (`float`, *optional*):
+            Clip each policy's (and each critic's) gradient norm to this value; `None` or `0` does not clip
+            (the public library does not; transformers' default is 1.0).
+        bf16 (`bool`, *optional*, defaults to `False`):
+            Forward passes under `torch.autocast` in bfloat16 (weights and optimizer states stay float32);
+            works on CPU and GPU.
+        fp16 (`bool`, *optional*, defaults to `False`):
+            The same in float16 with loss scaling (`torch.amp.GradScaler`); CUDA only (an error on CPU: use
+            `bf16` there).
+        save_steps (`int`, *optional*):
+            Write a checkpoint every this many optimizer steps, inside epochs and rounds too (with
+            `save_total_limit`). Checkpoints are then named `checkpoint-{optimizer steps}`; see
+            docs/compatibility.md for how this combines with `train(checkpoint_interval=...)`.
+    """
+
+    gradient_accumulation_steps: int = help_field("Micro-batches per optimizer step.", 1)
+    lr_scheduler_type: str = help_field(
+        "transformers' LR schedule name (constant, constant_with_warmup, linear, cosine, ...).", "constant"
+    )
+    lr_scheduler_kwargs: dict | None = help_field("Extra keywords of the LR schedule.", None)
+    warmup_steps: int = help_field("Linear warm-up steps (overrides warmup_ratio when > 0).", 0)
+    warmup_ratio: float = help_field("Warm-up as a fraction of the schedule's steps, in [0, 1].", 0.0)
+    max_grad_norm: float | None = help_field("Clip each policy's gradient norm to this; None or 0: no clip.", None)
+    bf16: bool = help_field("Autocast forward passes to bfloat16.", False)
+    fp16: bool = help_field("Autocast forward passes to float16 with loss scaling (CUDA only).", False)
+    save_steps: int | None = help_field("Checkpoint every this many optimizer steps; None: never.", None)
+
+    def _normalize_training_knobs(self) -> None:
+        if isinstance(self.lr_scheduler_type, str):
+            self.lr_scheduler_type = self.lr_scheduler_type.strip().lower()
+        if isinstance(self.lr_scheduler_kwargs, str):  # a JSON object on a command line
+            import json
+
+            self.lr_scheduler_kwargs = json.loads(self.lr_scheduler_kwargs) if self.lr_scheduler_kwargs else None
+
+    def _validate_training_knobs(self) -> None:
+        check_int("gradient_accumulation_steps", self.gradient_accumulation_steps, minimum=1)
+        if self.lr_scheduler_type not in LR_SCHEDULER_TYPES:
+            raise ValueError(
+                f"`lr_scheduler_type` must be one of: {', '.join(LR_SCHEDULER_TYPES)}, got {self.lr_scheduler_type!r}"
+            )
+        if self.lr_scheduler_kwargs is not None and not isinstance(self.lr_scheduler_kwargs, dict):
+            raise ValueError(f"`lr_scheduler_kwargs` must be a dict or None, got {self.lr_scheduler_kwargs!r}")
+        check_int("warmup_steps", self.warmup_steps, minimum=0)
+        check_float("warmup_ratio", self.warmup_ratio, ge=0, le=1)
+        check_float("max_grad_norm", self.max_grad_norm, ge=0, optional=True)
+        check_bool("bf16", self.bf16)
+        check_bool("fp16", self.fp16)
+        if self.bf16 and self.fp16:
+            raise ValueError("`bf16` and `fp16` are both True: choose one autocast precision")
+        check_int("save_steps", self.save_steps, minimum=1, optional=True)
+        try:  # the schedule's own checks (its keywords, what it needs), on a throwaway optimizer
+            probe = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+            build_lr_scheduler(self, probe, horizon=10)
+        except (TypeError, ValueError) as error:
+            raise ValueError(
+                f"`lr_scheduler_type` {self.lr_scheduler_type!r} with `lr_scheduler_kwargs`="
+                f"{self.lr_scheduler_kwargs!r} cannot be built: {error}"
+            ) from None
+
+    def _warn_ineffective_training_knobs(self) -> None:
+        if self.lr_scheduler_type == "constant" and (self.warmup_steps or self.warmup_ratio):
+            warn(
+                "`warmup_steps` / `warmup_ratio` have no effect with lr_scheduler_type='constant' (as in "
+                "transformers); use 'constant_with_warmup'"
+            )
+
+
+def warmup_steps_for(settings: Any, horizon: int) -> int:
+    """Warm-up steps of a schedule over ``horizon`` optimizer steps: ``warmup_steps`` when > 0, else
+    ``ceil(warmup_ratio · horizon)`` (transformers' rule)."""
+    if settings.warmup_steps > 0:
+        return int(settings.warmup_steps)
+    return math.ceil(float(settings.warmup_ratio) * horizon)
+
+
+def build_lr_scheduler(settings: Any, optimizer: torch.optim.Optimizer, *, horizon: int) -> Any:
+    """``transformers.get_scheduler`` for ``optimizer`` over ``horizon`` optimizer steps with the config's
+    schedule (``settings`` has the :class:`TrainingKnobFields`)."""
+    from transformers import get_scheduler
+
+    return get_scheduler(
+        settings.lr_scheduler_type,
+        optimizer,
+        num_warmup_steps=warmup_steps_for(settings, horizon),
+        num_training_steps=horizon,
+        scheduler_specific_kwargs=dict(settings.lr_scheduler_kwargs or {}),
+    )
+
+
+def accumulated_steps(micro_batches: int, k: int) -> int:
+    """Optimizer steps of ``micro_batches`` consecutive micro-batches grouped by ``k`` (the last group may be
+    partial)."""
+    return -(-int(micro_batches) // int(k))
+
+
+_DEFAULTS = {name: f.default for name, f in TrainingKnobFields.__dataclass_fields__.items()}
+
+
+class GradientSteps(TrainerPart):
+    """Micro-batches into optimizer steps (see the module docstring): accumulation, clipping, the LR
+    schedule, autocast and the optimizer-step count.
+
+    Args:
+        settings: an object with the :class:`TrainingKnobFields` (a trainer config); a missing field takes
+            its default.
+        optimizers: ``{name: optimizer}``; more can be added with :meth:`add_optimizer` (critics).
+        device_type: where the forward passes run (``"cpu"`` or ``"cuda"``): autocast's device.
+        apply_step: what completes a group (default :meth:`step`); a trainer passes its own, which calls
+            :meth:`step` and bumps its policies' versions.
+
+    A :class:`~comlrl.trainers.core.trainer_core.TrainerPart`: ``global_step``, the phase of the LR schedule
+    and the loss scaler travel in checkpoints under ``"optimization"``.
+    """
+
+    state_key = "optimization"
+
+    def __init__(
+        self,
+        settings: Any,
+        optimizers: Mapping[str, torch.optim.Optimizer],
+        *,
+        device_type: str = "cpu",
+        apply_step: Callable[[], Any] | None = None,
+    ) -> None:
+        knob = lambda name: getattr(settings, name, _DEFAULTS[name])  # noqa: E731
+        self.settings = settings
+        self.k = int(knob("gradient_accumulation_steps"))
+        self.max_grad_norm = float(knob("max_grad_norm") or 0.0) or None
+        self.save_steps = knob("save_steps")
+        self.scheduled = knob("lr_scheduler_type") != "constant"
+        self.dtype = torch.bfloat16 if knob("bf16") else torch.float16 if knob("fp16") else None
+        if knob("fp16") and device_type != "cuda":
+            raise ValueError(
+                f"`fp16` needs a CUDA device (float16 autocast with loss scaling), but the models are on "
+                f"{device_type}; use bf16=True on CPU"
+            )
+        self.device_type = device_type
+        self.scaler = torch.amp.GradScaler("cuda") if knob("fp16") else None
+        self.optimizers: dict[str, torch.optim.Optimizer] = dict(optimizers)
+        self.apply_step = apply_step if apply_step is not None else self.step
+        self.all_reduce: Callable[[list[torch.Tensor], float], float] | None = None  # data parallel
+        self.schedulers: dict[str, Any] = {}
+        self.reset()
+
+    def reset(self) -> None:
+        """A fresh run: no steps, no phase, nothing pending."""
+        self.global_step = 0
+        self.phase: dict[str, int] | None = None
+        self.save_due = False
+        self.last_grad_norm: float | None = None
+        self._stash: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+        self._micro = 0
+        self._rows = 0.0
+
+    def add_optimizer(self, name: str, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizers[name] = optimizer
+
+    def _params(self) -> list[torch.Tensor]:
+        """Every optimized parameter once (a value head's backbone may sit in two optimizers)."""
+        return list({id(p): p for o in self.optimizers.values() for g in o.param_groups for p in g["params"]}.values())
+
+    # ------------------------------------------------------------------------------------ micro-batches
+    @property
+    def pending(self) -> bool:
+        """Whether micro-batches of an unfinished group are waiting for their step."""
+        return self._micro > 0
+
+    def autocast(self) -> Any:
+        """``torch.autocast`` in the config's precision around forward passes (a no-op in float32)."""
+        if self.dtype is None:
+            return nullcontext()
+        return torch.autocast(device_type=self.device_type, dtype=self.dtype)
+
+    def start_micro_batch(self) -> None:
+        """Before a micro-batch's forward passes: a group's first clears every gradient; later ones set the
+        group's gradients aside, so this micro-batch's can be dropped alone."""
+        params = self._params()
+        if self._micro == 0:
+            for optimizer in self.optimizers.values():
+                optimizer.zero_grad(set_to_none=True)
+            self._stash = []
+            return
+        self._stash = [(p, p.grad) for p in params if p.grad is not None]
+        for p, _ in self._stash:
+            p.grad = None
+
+    def backward(self, loss: torch.Tensor, rows: int) -> None:
+        """Back-propagate a micro-batch's mean loss over ``rows`` rows (times ``rows`` when k > 1)."""
+        if self.weighted:
+            loss = loss * float(rows)
+        if self.scaler is not None:
+            loss = self.scaler.scale(loss)
+        loss.backward()
+
+    def end_micro_batch(self, rows: int) -> bool:
+        """The micro-batch went through: its ``rows`` count; completes the group when it is the k-th.
+        Returns whether an optimizer step was taken."""
+        for p, grad in self._stash or []:
+            p.grad = grad if p.grad is None else p.grad.add_(grad)
+        self._stash = None
+        self._rows += float(rows)
+        return self._advance()
+
+    def discard_micro_batch(self) -> bool:
+        """The micro-batch was skipped: its gradients go, the group's earlier ones come back."""
+        for p in self._params():
+            p.grad = None
+        for p, grad in self._stash or []:
+            p.grad = grad
+        self._stash = None
+        return self._advance()
+
+    def _advance(self) -> bool:
+        self._micro += 1
+        return bool(self.apply_step()) if self._micro >= self.k else False
+
+    def flush(self) -> bool:
+        """Step on a partial group (an epoch's end); returns whether a step was taken."""
+        return bool(self.apply_step()) if self._micro > 0 else False
+
+    # ------------------------------------------------------------------------------------ the step
+    @property
+    def weighted(self) -> bool:
+        """Whether micro-batch losses are back-propagated times their rows and the step divides by the rows
+        (accumulation, or data parallel); with neither the loss goes back as it is."""
+        return self.k > 1 or self.all_reduce is not None
+
+    def step(self) -> bool:
+        """Finish the group: sum over ranks, average over its rows, clip, step every optimizer and its
+        schedule. Returns False (nothing changes) when no micro-batch of the group went through."""
+        rows, self._micro, self._rows = self._rows, 0, 0.0
+        if self.all_reduce is not None:  # every rank's gradients and rows summed: the global step's
+            rows = self.all_reduce(self._params(), rows)
+        params = [p for p in self._params() if p.grad is not None]
+        if rows <= 0:
+            for optimizer in self.optimizers.values():
+                optimizer.zero_grad(set_to_none=True)
+            return False
+        if self.weighted:
+            for p in params:
+                p.grad.div_(rows)
+        norms = []
+        for optimizer in self.optimizers.values():
+            if self.scaler is not None:
+                self.scaler.unscale_(optimizer)
+            if self.max_grad_norm is not None:
+                owned = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+                if owned:
+                    norms.append(float(torch.nn.utils.clip_grad_norm_(owned, self.max_grad_norm)))
+        for optimizer in self.optimizers.values():
+            if self.scaler is not None:
+                self.scaler.step(optimizer)
+            else:
+                optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        if self.scaler is not None:
+            self.scaler.update()
+        for scheduler in self.schedulers.values():
+            scheduler.step()
+        if self.phase is not None:
+            self.phase["done"] += 1
+        self.last_grad_norm = max(norms) if norms else None
+        self.global_step += 1
+        if self.save_steps and self.global_step % int(self.save_steps) == 0:
+            self.save_due = True
+        return True
+
+    # ------------------------------------------------------------------------------------ the LR schedule
+    def begin_phase(self, horizon: int, *, resume: bool = False) -> None:
+        """A phase of ``horizon`` optimizer steps starts (``resume``: the checkpoint's phase continues, with
+        the steps it had done)."""
+        horizon = max(1, int(horizon))
+        done = int(self.phase["done"]) if resume and self.phase is not None else 0
+        self.phase = {"horizon": horizon, "done": done}
+        self.schedulers = {}
+        if not self.scheduled:
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # stepping a schedule forward before its optimizer
+            for name, optimizer in self.optimizers.items():
+                scheduler = build_lr_scheduler(self.settings, optimizer, horizon=horizon)
+                if done:
+                    scheduler.last_epoch = done - 1
+                    scheduler.step()
+                self.schedulers[name] = scheduler
+
+    def learning_rate(self, name: str | None = None) -> float:
+        """The current learning rate of optimizer ``name`` (default: the first)."""
+        optimizer = self.optimizers[name] if name is not None else next(iter(self.optimizers.values()))
+        return float(optimizer.param_groups[0]["lr"])
+
+    def step_metrics(self) -> dict[str, float]:
+        """``learning_rate`` (and ``grad_norm`` with clipping) after the last step, TRL's names."""
+        metrics = {"learning_rate": self.learning_rate()} if self.optimizers else {}
+        if self.last_grad_norm is not None:
+            metrics["grad_norm"] = self.last_grad_norm
+        return metrics
+
+    # ------------------------------------------------------------------------------------ checkpoints
+    def on_fresh_run(self) -> None:
+        self.reset()
+        self.schedulers = {}
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.pending:
+            raise RuntimeError("a checkpoint cannot be taken while micro-batches wait for their optimizer step")
+        state: dict[str, Any] = {"global_step": self.global_step, "phase": self.phase}
+        if self.scaler is not None:
+            state["scaler"] = {k: float(v) for k, v in self.scaler.state_dict().items()}
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.reset()
+        self.global_step = int(state.get("global_step", 0))
+        phase = state.get("phase")
+        self.phase = {"horizon": int(phase["horizon"]), "done": int(phase["done"])} if phase else None
+        if self.scaler is not None and state.get("scaler"):
+            saved = dict(state["scaler"])
+            saved["_growth_tracker"] = int(saved.get("_growth_tracker", 0))
+            self.scaler.load_state_dict(saved)
