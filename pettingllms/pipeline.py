@@ -228,6 +228,18 @@ def check_pipeline(config: Mapping[str, Any]) -> dict[str, Any]:
                 "`at_grpo.sampling_mode` is 'independent', whose whole-trajectory groups share no prefix: stage "
                 "`madpo_from_trees` needs tree sampling (at_grpo.sampling_mode=tree)"
             )
+        following = plan[index + 1][0] if index + 1 < len(plan) else None
+        if stage == "grpo" and config["grpo"]["update_policy"] is False:
+            raise ConfigError(
+                "`grpo.update_policy` is false, but grpo's independent trajectories give no tree pairs for a "
+                "`madpo_from_trees` stage to train on: keep it true (sample-only trees: at_grpo.update_policy=false)"
+            )
+        if stage == "at_grpo" and config["at_grpo"]["update_policy"] is False and following != "madpo_from_trees":
+            raise ConfigError(
+                f"`at_grpo.update_policy` is false, so stage {folder} only samples trees for the `madpo_from_trees` "
+                f"stage right after it, but {following or 'nothing'} follows; e.g. "
+                "pipeline=[sft, at_grpo, madpo_from_trees, at_grpo, madpo_from_trees, eval]"
+            )
     run_dir, progress = Path(config["run"]["output_dir"]), bool(config["run"]["progress"])
     return {folder: STAGE_SETTINGS[stage](stage, config, run_dir / folder, progress) for stage, folder in plan}
 

@@ -5,7 +5,15 @@ sampling, the single-agent (L0) baseline. The stage section holds the trainer's 
 keys (:class:`TrainingLimits`): stop once the sampled completions reach ``max_completions`` or training has
 run ``max_minutes``, and measure held-out success (the ``eval`` section's evaluation) each time another
 ``eval_every_completions`` completions were sampled, logged as ``eval/*`` records (with
-``eval/completions``) in the stage's ``metrics.jsonl``.
+``eval/completions``) in the stage's ``metrics.jsonl``. A pipeline that repeats the stage (folders ``at_grpo``,
+``at_grpo_2``, ...) gives the ``n``-th repeat what is left of ``n * max_completions`` after the repeats before
+it (:func:`repeat_budget`), so the completions a repeat's last step sampled past its share come off the next
+one and ``n`` repeats sample ``n * max_completions`` within one step.
+
+A fourth stage key, ``update_policy`` (default true), set false makes an ``at_grpo`` stage sample its trees
+and write their preference pairs for the ``madpo_from_trees`` stage right after it without updating the
+policy (:class:`SampleOnlyUpdater`): the preference stage alone trains ("MADPO from trees"). The pipeline
+refuses it where no ``madpo_from_trees`` stage follows.
 
 Data-parallel runs (``accelerate launch`` / ``torchrun``, :mod:`pettingllms.trainer.distributed`): the trainer
 shards each step's problems over the ranks and rank 0 writes; the limits are met on every rank at the
@@ -37,9 +45,12 @@ __all__ = [
     "STAGE_KEYS",
     "ATGRPOStageSettings",
     "CompletionCounter",
+    "SampleOnlyUpdater",
     "TrainingLimits",
     "at_grpo_config",
     "at_grpo_settings",
+    "repeat_budget",
+    "repeat_number",
     "run_at_grpo",
 ]
 
@@ -53,8 +64,9 @@ ROLLOUT_FIELDS = {
     "transcript_rate": "transcripts_rate",
     "transcript_state_max_chars": "transcript_state_max_chars",
 }
-# Section keys that are the stage's, not ATGRPOConfig fields.
-STAGE_KEYS = ("max_completions", "eval_every_completions", "max_minutes")
+# Section keys that are the stage's, not ATGRPOConfig fields: the limits (TrainingLimits) and update_policy.
+LIMIT_KEYS = ("max_completions", "eval_every_completions", "max_minutes")
+STAGE_KEYS = (*LIMIT_KEYS, "update_policy")
 
 
 @dataclass
@@ -73,10 +85,70 @@ class TrainingLimits:
 
 @dataclass
 class ATGRPOStageSettings:
-    """The checked settings of an ``at_grpo`` / ``grpo`` stage: the trainer's config and the stage's limits."""
+    """The checked settings of an ``at_grpo`` / ``grpo`` stage: the trainer's config, the stage's limits, and
+    whether its steps update the policy (``update_policy``; false: sample trees for ``madpo_from_trees`` only)."""
 
     trainer: Any  # ATGRPOConfig
     limits: TrainingLimits
+    update_policy: bool = True
+
+
+def repeat_number(stage: str, folder: str) -> int:
+    """Which repeat of ``stage`` the folder ``folder`` holds: ``at_grpo`` 1, ``at_grpo_2`` 2, ..."""
+    if folder == stage:
+        return 1
+    head, _, number = folder.rpartition("_")
+    if head != stage or not number.isdigit() or int(number) < 2:
+        raise ValueError(f"folder {folder!r} is not a repeat of stage {stage!r} ({stage}, {stage}_2, ...)")
+    return int(number)
+
+
+def repeat_budget(max_completions: int, repeat: int, earlier: int) -> int:
+    """The completion budget of the ``repeat``-th repeat of a stage whose repeats before it sampled
+    ``earlier`` completions: what is left of ``repeat * max_completions``, at least 1 (a stage runs one step);
+    0 (no budget) stays 0."""
+    if max_completions < 0 or repeat < 1 or earlier < 0:
+        raise ValueError(f"`max_completions`, `earlier` must be >= 0 and `repeat` >= 1, got {max_completions}, "
+                         f"{earlier}, {repeat}")
+    if not max_completions:
+        return 0
+    return max(1, repeat * max_completions - earlier)
+
+
+def earlier_repeat_completions(run_dir: Path, stage: str, repeat: int) -> int:
+    """The completions (kept and dropped) the repeats ``1 .. repeat - 1`` of ``stage`` logged in their
+    ``metrics.jsonl`` under ``run_dir``."""
+    from comlrl.reporting import read_metrics
+
+    total = 0
+    for number in range(1, repeat):
+        path = run_dir / (stage if number == 1 else f"{stage}_{number}") / "metrics.jsonl"
+        if not path.exists():
+            raise RuntimeError(f"stage {stage!r}, repeat {repeat}: the metrics of repeat {number} ({path}) are missing")
+        total += sum(int(r["num_samples"] + r["dropped_samples"]) for r in read_metrics(path) if "num_samples" in r)
+    return total
+
+
+class SampleOnlyUpdater:
+    """Stands in for a policy's updater when ``update_policy`` is false: the step's rows are sampled, scored
+    and logged, but no optimizer step runs and the schedule does not move (no ``submit``: a remote updater is
+    never sent the rows)."""
+
+    def __init__(self, updater: Any) -> None:
+        self.updater = updater
+        self.optimizer, self.scheduler = updater.optimizer, updater.scheduler  # checkpoints keep their layout
+        self.pad_token_id = updater.pad_token_id
+
+    def learning_rate(self) -> float:
+        return self.updater.learning_rate()
+
+    def scheduler_step(self) -> None:
+        pass
+
+    def update(self, tensors: Any, step: int) -> Any:
+        from pettingllms.trainer.policy_update import UpdateResult
+
+        return UpdateResult(metrics={})
 
 
 def at_grpo_config(stage: str, config: Mapping[str, Any], output_dir: str | Path, progress: bool = True):
@@ -125,7 +197,10 @@ def at_grpo_settings(stage: str, config: Mapping[str, Any], stage_dir: str | Pat
             f"{config['policy']['level']!r} (use `at_grpo` with `at_grpo.sampling_mode=independent`)"
         )
     trainer = at_grpo_config(stage, config, stage_dir, progress)
-    limits = section_to_dataclass(TrainingLimits, {k: config[stage][k] for k in STAGE_KEYS}, stage)
+    limits = section_to_dataclass(TrainingLimits, {k: config[stage][k] for k in LIMIT_KEYS}, stage)
+    update_policy = config[stage]["update_policy"]
+    if not isinstance(update_policy, bool):
+        raise ConfigError(f"`{stage}.update_policy` must be true or false, got {update_policy!r}")
     if (limits.max_completions or limits.eval_every_completions) and trainer.logging_steps != 1:
         raise ConfigError(
             f"`{stage}.max_completions` / `{stage}.eval_every_completions` count completions from every step's "
@@ -144,7 +219,7 @@ def at_grpo_settings(stage: str, config: Mapping[str, Any], stage_dir: str | Pat
             print(f"{stage}: `{stage}.train_seed_range` {list(trainer.train_seed_range)} reaches past the split training "
                   f"plays; drawing from its {len(seeds)} instances, seeds [{seeds.start}, {seeds.stop})", file=sys.stderr)
         trainer = dataclasses.replace(trainer, train_seed_range=[seeds.start, seeds.stop])
-    return ATGRPOStageSettings(trainer, limits)
+    return ATGRPOStageSettings(trainer, limits, update_policy)
 
 
 class CompletionCounter:
@@ -183,9 +258,11 @@ class _LimitedTrainer(ATGRPOTrainer):
 
     def __init__(
         self, config, *, limits: TrainingLimits, evaluate: Callable[[], Mapping[str, float]],
-        tree_pairs: tuple[Path, Mapping[str, Any]] | None = None, **kwargs,
+        tree_pairs: tuple[Path, Mapping[str, Any]] | None = None, update_policy: bool = True, **kwargs,
     ) -> None:
         super().__init__(config, **kwargs)
+        if not update_policy:  # sample the trees only: the madpo_from_trees stage after this one trains
+            self.updaters = {name: SampleOnlyUpdater(u) for name, u in self.updaters.items()}
         self.limits = limits
         self.evaluate_held_out = evaluate
         self.counter: CompletionCounter | None = None
@@ -240,6 +317,11 @@ def run_at_grpo(context: StageContext) -> dict[str, float]:
 
     settings = context.settings_or(at_grpo_settings)
     config = context.config
+    limits = settings.limits
+    repeat = repeat_number(context.stage, context.folder)
+    if repeat > 1 and limits.max_completions:  # the earlier repeats' overshoot comes off this one's share
+        earlier = earlier_repeat_completions(context.run_dir, context.stage, repeat)
+        limits = dataclasses.replace(limits, max_completions=repeat_budget(limits.max_completions, repeat, earlier))
     name, fields, options = workflow_env(config, purpose="train")
     tree_pairs = None
     if context.next_stage == "madpo_from_trees" and dist.is_main_process():
@@ -251,11 +333,12 @@ def run_at_grpo(context: StageContext) -> dict[str, float]:
     with stage_workers(config, context.policy, settings.trainer, name, fields, options) as system:
         trainer = _LimitedTrainer(
             settings.trainer,
-            limits=settings.limits,
+            limits=limits,
             evaluate=lambda: evaluate_policy(context.router(), config, context.env_worker)[0],
             policy=context.policy,
             backend=context.generation if system is None else None,
             tree_pairs=tree_pairs,
+            update_policy=settings.update_policy,
             env_name=name,
             env_config=fields,
             agent_options=options,

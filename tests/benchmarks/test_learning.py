@@ -3,6 +3,7 @@ folders read back, the table and targets."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -157,3 +158,82 @@ def test_summary_file_keeps_one_table_per_task():
     again = learning.merged_summary(merged, "plan_path", {"table": "| new plan |"})
     assert again["tasks"]["plan_path"] == {"table": "| new plan |"} and again["tasks"]["math/arith"]["table"] == "| math |"
     assert learning.merged_summary(None, "plan_path", plan) == {"benchmark": "learning", "tasks": {"plan_path": plan}}
+
+
+# ---- the preference rows (issue #22): MADPO from AT-GRPO's trees alone, and the hybrid ----------------------
+
+def test_preference_rows_alternate_at_grpo_and_madpo_from_trees_at_the_same_budget(tmp_path):
+    chunks = learning.PREFERENCE_CHUNKS
+    for bench, rl, total in ((learning.PLAN_PATH, [], 4500), (learning.MATH_ARITH, ["max_completions=2400"], 2400)):
+        alone = learning.cell_config("madpo_trees_l1", 0, [], rl, tmp_path, "warm", bench=bench)
+        hybrid = learning.cell_config("hybrid_l1", 0, [], rl, tmp_path, "warm", bench=bench)
+        l1 = learning.cell_config("at_grpo_l1", 0, [], rl, tmp_path, "warm", bench=bench)
+        for config in (alone, hybrid):
+            assert config["pipeline"] == ["at_grpo", "madpo_from_trees"] * chunks + ["eval"]
+            assert config["policy"]["level"] == "L1" and config["at_grpo"]["max_completions"] * chunks == total
+            assert config["at_grpo"]["max_steps"] == math.ceil(total / chunks / 32)  # a repeat's share at most
+            assert config["madpo_from_trees"]["preference_replay_mode"] == "all_history"
+            # everything else the AT-GRPO L1 row's: sampling, learning rate, evaluation
+            for section in ("rollout", "eval", "env", "policy"):
+                assert config[section] == l1[section]
+            assert config["at_grpo"]["learning_rate"] == l1["at_grpo"]["learning_rate"] == 1e-4
+            assert config["madpo_from_trees"]["agent_learning_rate"] == 1e-4
+        assert (alone["at_grpo"]["update_policy"], hybrid["at_grpo"]["update_policy"], l1["at_grpo"]["update_policy"]) == (
+            False, True, True)
+        assert l1["pipeline"] == ["at_grpo", "eval"] and l1["at_grpo"]["max_completions"] == total
+
+
+def test_keys_leave_out_the_stage_sections_a_cell_does_not_run(tmp_path):
+    def key(name, *task):
+        return learning.cell_key(learning.cell_config(name, 0, list(task), [], tmp_path, "a"), name, "warm")
+
+    assert key("at_grpo_l1", "madpo_from_trees.max_nonfinite_losses_in_a_row=3") == key("at_grpo_l1")
+    assert key("hybrid_l1", "madpo_from_trees.max_nonfinite_losses_in_a_row=3") != key("hybrid_l1") != key("madpo_trees_l1")
+
+
+def test_a_record_made_before_keys_were_added_still_counts_and_one_with_other_values_does_not(tmp_path):
+    current = learning.cell_config("at_grpo_l1", 0, [], [], tmp_path, "unused")
+    warm = tmp_path / "warmstart-seed0.json"
+    warm.write_text(json.dumps({"settings_key": "w", "start_multi": 0.25, "start_single": 0.2}))
+    key = learning.cell_key(current, "at_grpo_l1", "w")
+    rekey = learning.cell_rekey(current, "at_grpo_l1", "w", warm)
+    older = {k: dict(v) if isinstance(v, dict) else v for k, v in current.items()}
+    del older["rollout"]["backend"], older["madpo_from_trees"]  # keys added since, at their current values
+    older["model"]["name"] = "/elsewhere/warmstart-seed0/policies/shared"
+    record = {"settings_key": "made-with-the-older-hash", "config": older,
+              "warm_start": {"start_multi": 0.25, "start_single": 0.2, "model_dir": "/elsewhere"}}
+    path = tmp_path / "at_grpo_l1-seed0.json"
+    path.write_text(json.dumps(record))
+    assert learning._job_done(path, key, rekey) and not learning._job_done(path, key)
+    changed = {**record, "config": {**older, "rollout": {**older["rollout"], "temperature": 0.7}}}
+    path.write_text(json.dumps(changed))
+    assert not learning._job_done(path, key, rekey)  # a value that differs is another run
+    path.write_text(json.dumps({**record, "warm_start": {**record["warm_start"], "start_multi": 0.3}}))
+    assert not learning._job_done(path, key, rekey)  # from a warm start with other numbers
+    path.write_text(json.dumps({k: v for k, v in record.items() if k != "config"}))
+    assert not learning._job_done(path, key, rekey)  # no config recorded: nothing to compare
+    assert learning.with_added_keys({"a": {"b": 1}, "gone": 2}, {"a": {"b": 3, "c": 4}, "new": 5}) == {
+        "a": {"b": 1, "c": 4}, "gone": 2, "new": 5}
+
+
+def test_preference_cells_read_every_at_grpo_stage_and_compare_with_at_grpo_l1_per_seed(tmp_path):
+    for folder, sizes in (("at_grpo", [40, 36]), ("at_grpo_2", [44])):
+        (tmp_path / folder).mkdir()
+        records = [{"step": i + 1, "num_samples": float(n), "dropped_samples": 0.0, "success_rate": 0.5, "reward": 0.1,
+                    "frac_reward_zero_std": 0.0, "parse_error_rate": 0.0, "completions/mean_length": 9.0,
+                    "time/step_s": 1.0} for i, n in enumerate(sizes)]
+        records.append({"step": len(sizes), "eval/success_rate": 0.4, "eval/completions": float(sum(sizes))})
+        (tmp_path / folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    history, points = learning.stage_histories(tmp_path, ["at_grpo", "at_grpo_2"])
+    assert [(h["stage"], h["step"], h["completions"]) for h in history] == [
+        ("at_grpo", 1, 40), ("at_grpo", 2, 36), ("at_grpo_2", 1, 44)]
+    assert [p["completions"] for p in points] == [76, 120]  # counted over the run
+    cells = {("at_grpo_l1", 0): _cell(0.2, 0.5), ("at_grpo_l1", 1): _cell(0.3, 0.4),
+             ("hybrid_l1", 0): _cell(0.2, 0.45), ("madpo_trees_l1", 1): _cell(0.3, 0.3)}
+    deltas = learning.paired_deltas(cells, [0, 1])
+    assert set(deltas) == {"hybrid_l1", "madpo_trees_l1"}
+    assert math.isclose(deltas["hybrid_l1"]["per_seed"][0], -0.05) and list(deltas["hybrid_l1"]["per_seed"]) == [0]
+    assert math.isclose(deltas["madpo_trees_l1"]["mean"], -0.1)
+    rows, _ = learning.build_table([0, 1], {0: {"start_multi": 0.2, "start_single": 0.1}}, cells,
+                                   ["at_grpo_l1", "madpo_trees_l1", "hybrid_l1"])
+    assert set(learning.target_checks(rows)) == {"at_grpo_l1"}  # the targets are AT-GRPO's
