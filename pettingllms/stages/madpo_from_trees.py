@@ -8,6 +8,9 @@ section choose them, per decision point). This stage adds those rounds, oldest f
 pairs with the section's replay settings (``preference_replay_mode`` current: the last step's pairs;
 ``all_history``, ``nearest_k``, ``lambda_decay`` over every step), and trains ``num_train_epochs`` MADPO epochs
 on them (:meth:`~comlrl.trainers.preference.MADPOTrainer.learn_from_pairs`) with the exact sampled token ids.
+A historical mode with ``preference_replay_sample_size`` null draws as many pairs as the rounds hold (about
+one pass over the stage's pairs, :func:`tree_replay_sample_size`): comlrl's own default, the newest round's
+size, would here be one AT-GRPO step's pairs, whatever the number of steps.
 
 The section holds every field of :class:`~comlrl.trainers.preference.MADPOIterConfig` (generated, as for
 ``madpo``); the fields of the iterative round loop (``num_iterations``, the comparator) have no effect here.
@@ -26,7 +29,8 @@ from pettingllms.config.errors import ConfigError
 from pettingllms.stages.context import StageContext, check_one_process
 from pettingllms.stages.env_oracle import EnvOracle, oracle_trainer_config
 
-__all__ = ["REPLAY_DIR", "madpo_from_trees_settings", "run_madpo_from_trees", "tree_pair_settings"]
+__all__ = ["REPLAY_DIR", "madpo_from_trees_settings", "run_madpo_from_trees", "tree_pair_settings",
+           "tree_replay_sample_size"]
 
 REPLAY_DIR = "preference_replay"
 
@@ -43,6 +47,16 @@ def tree_pair_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     """How an ``at_grpo`` stage picks the pairs it writes for the ``madpo_from_trees`` stage after it."""
     section = config["madpo_from_trees"]
     return {"pair_selection": section["pair_selection"], "pairs_per_group": section["preference_pairs_per_sample"]}
+
+
+def tree_replay_sample_size(mode: str, sample_size: int | None, round_sizes: list[int]) -> int | None:
+    """The replay buffer's ``sample_size`` for the stage: the section's, else, for a historical mode, every
+    pair the rounds hold (``current`` takes its whole round and no sample size)."""
+    from comlrl.trainers.preference.replay import normalize_replay_mode
+
+    if sample_size is not None or normalize_replay_mode(mode) == "current":
+        return sample_size
+    return max(1, sum(round_sizes))
 
 
 def run_madpo_from_trees(context: StageContext) -> dict[str, float]:
@@ -67,13 +81,16 @@ def run_madpo_from_trees(context: StageContext) -> dict[str, float]:
         )
     replay_dir = context.stage_dir / REPLAY_DIR
     shutil.rmtree(replay_dir, ignore_errors=True)  # a rerun after an interruption starts the stage again
+    stored = [RoundFile(path).load_all() for path in rounds]
+    sample_size = tree_replay_sample_size(settings.preference_replay_mode, settings.preference_replay_sample_size,
+                                          [len(pairs) for pairs in stored])
     buffer = PreferenceReplayBuffer(
         replay_dir, mode=settings.preference_replay_mode, k=settings.preference_replay_k,
-        lam=settings.preference_replay_lambda, sample_size=settings.preference_replay_sample_size,
+        lam=settings.preference_replay_lambda, sample_size=sample_size,
         seed=derive_seed(settings.seed, "madpo_from_trees", context.folder) % 2**63,
     )
-    for path in rounds:
-        buffer.add_round(RoundFile(path).load_all())
+    for pairs in stored:
+        buffer.add_round(pairs)
     pairs = buffer.sample()
     fields = {f.name for f in dataclasses.fields(MADPOConfig)}
     args = MADPOConfig(**{k: v for k, v in settings.to_dict(redact_secrets=False).items() if k in fields})
@@ -89,7 +106,8 @@ def run_madpo_from_trees(context: StageContext) -> dict[str, float]:
         trainer.metrics_logger.close()
     finally:
         oracle.close()
-    metrics = {"pairs": float(len(pairs)), "rounds": float(len(rounds)), "updates": float(trainer.updates_seen)}
+    metrics = {"pairs": float(len(pairs)), "pairs_stored": float(sum(len(p) for p in stored)),
+               "rounds": float(len(rounds)), "updates": float(trainer.updates_seen)}
     for record in trainer.metrics_logger.history:
         for key in ("loss", "joint_margin", "preference_accuracy"):
             if key in record:

@@ -4,7 +4,8 @@ Checked: ``at_grpo.update_policy=false`` makes an ``at_grpo`` stage sample its t
 without changing a parameter, so the ``madpo_from_trees`` stage after it alone trains; the key is checked
 (a bool, an ``at_grpo`` stage followed by ``madpo_from_trees``, never ``grpo``) with messages naming it; the
 ``n``-th repeat of a stage gets what is left of ``n * max_completions``, so ``n`` repeats sample the
-whole budget within one step however the steps fall.
+whole budget within one step however the steps fall; a ``madpo_from_trees`` stage in a historical replay
+mode without a sample size draws as many pairs as every step of the stage before holds, not one step's.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from safetensors.torch import load_file
 from pettingllms.config import ConfigError, load_config
 from pettingllms.pipeline import Pipeline, check_pipeline
 from pettingllms.stages.at_grpo import earlier_repeat_completions, repeat_budget, repeat_number
+from pettingllms.stages.madpo_from_trees import tree_replay_sample_size
 
 TINY = [
     "env.max_turns=1",
@@ -77,6 +79,14 @@ def test_earlier_repeats_count_their_logged_steps_not_their_eval_points(tmp_path
         earlier_repeat_completions(tmp_path, "at_grpo", 4)
 
 
+def test_the_tree_replay_draws_every_step_s_pairs_unless_told_otherwise():
+    assert tree_replay_sample_size("all_history", None, [14, 18, 0, 28]) == 60  # not the newest round's 28
+    assert tree_replay_sample_size("lambda_decay", None, [3]) == 3
+    assert tree_replay_sample_size("all_history", 7, [14, 18]) == 7  # the section's own
+    assert tree_replay_sample_size("current", None, [14, 18]) is None  # the whole newest round
+    assert tree_replay_sample_size("nearest_k", None, [0, 0]) == 1  # nothing stored: the buffer draws nothing
+
+
 # ---- update_policy is checked before the run -------------------------------------------------------------
 
 @pytest.mark.parametrize(
@@ -123,7 +133,7 @@ def test_sample_only_trees_leave_the_policy_alone_and_madpo_trains_it(tiny_model
     run = tmp_path / "run"
     config = load_config("plan_path/L1", [
         f"model.name={tiny_model_path}", f"run.output_dir={run}", *TINY, "at_grpo.update_policy=false",
-        "at_grpo.max_steps=3", "at_grpo.max_completions=6", "at_grpo.learning_rate=1e-2",
+        "at_grpo.max_steps=3", "at_grpo.max_completions=12", "at_grpo.learning_rate=1e-2",
         "madpo_from_trees.agent_learning_rate=1e-2", "pipeline=[at_grpo, madpo_from_trees, at_grpo, madpo_from_trees]",
     ])
     result = Pipeline(config, out=None, plots=False).run()
@@ -134,10 +144,14 @@ def test_sample_only_trees_leave_the_policy_alone_and_madpo_trains_it(tiny_model
     assert any(not torch.equal(sampled[k], trained[k]) for k in sampled)  # the preference stage trained
     records = [json.loads(line) for line in (run / "at_grpo" / "metrics.jsonl").read_text().splitlines()]
     assert records and not any(k.endswith(("/loss", "/optimizer_steps")) for r in records for k in r)
-    # K=2, 2 problems, 2 agents, one turn: 8 completions a step; the budget of 6 each ends every repeat
-    # after one step (the second's share is what is left of 12 after the first's 8: 4)
-    assert result.stages["at_grpo"]["steps"] == result.stages["at_grpo_2"]["steps"] == 1
-    assert sorted(p.name for p in (run / "at_grpo_2" / "tree_pairs").glob("*.json")) == ["iteration_0001.json"]
+    # K=2, 2 problems, 2 agents, one turn: 8 completions a step; a share of 12: the first repeat takes 2 steps
+    # (16), the second what is left of 24, 8: one step
+    assert (result.stages["at_grpo"]["steps"], result.stages["at_grpo_2"]["steps"]) == (2, 1)
+    assert sorted(p.name for p in (run / "at_grpo" / "tree_pairs").glob("*.json")) == [
+        "iteration_0001.json", "iteration_0002.json"]
+    stored = sum(json.loads(p.read_text())["num_pairs"] for p in (run / "at_grpo" / "tree_pairs").glob("*.json"))
+    first = result.stages["madpo_from_trees"]
+    assert first["pairs"] == first["pairs_stored"] == stored > 0  # both steps' worth, all_history, no sample size
     assert result.stages["madpo_from_trees_2"]["pairs"] > 0 and result.stages["madpo_from_trees_2"]["updates"] > 0
 
 
