@@ -11,13 +11,38 @@ first agent's prompt; the aggregator gets ``num_turns``.
 
 from __future__ import annotations
 
+import warnings
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from comlrl.rl import rewards_to_go
 
-__all__ = ["evaluate_items", "mean_metrics"]
+__all__ = ["evaluate", "evaluate_items", "mean_metrics"]
+
+def evaluate(trainer: Any, num_eval_samples: int | None = None) -> dict[str, float]:
+    """``trainer.evaluate()``: the first ``num_eval_samples`` (default ``eval_num_samples``) evaluation items,
+    one joint response (path) each; returns and logs ``eval/turn_t/reward_mean``, ``eval/turn_t/expected_return``
+    and ``eval/<key>`` for the ``eval_aggregator``'s keys; ``{}`` (with a warning) without an ``eval_dataset``."""
+    if trainer.eval_dataset is None:
+        warnings.warn(
+            "evaluate() has nothing to evaluate: the trainer was built without an `eval_dataset`; pass "
+            "eval_dataset=... to measure the task reward",
+            UserWarning,
+            stacklevel=3,
+        )
+        return {}
+    count = trainer.args.eval_num_samples if num_eval_samples is None else num_eval_samples
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ValueError(f"`num_eval_samples` must be an integer >= 0, got {count!r}")
+    items = trainer.eval_dataset[:count]
+    if not items:
+        return {}
+    metrics = evaluate_items(trainer, items)
+    trainer.eval_count += 1
+    trainer._log(metrics)
+    return metrics
+
 
 
 def evaluate_items(trainer: Any, items: Sequence[Any]) -> dict[str, float]:

@@ -60,6 +60,7 @@ __all__ = [
     "TrainingKnobFields",
     "accumulated_steps",
     "build_lr_scheduler",
+    "epoch_micro_batches",
     "warmup_steps_for",
 ]
 
@@ -200,6 +201,17 @@ def accumulated_steps(micro_batches: int, k: int) -> int:
     return -(-int(micro_batches) // int(k))
 
 
+def epoch_micro_batches(num_items: int, buffer: int, batch: int, turns: int = 1, branch: int = 1) -> int:
+    """Update batches of an online RL epoch over ``num_items`` items: per rollout buffer of ``buffer`` items,
+    turn t holds ``items · branch^t`` rows (tree nodes; ``branch`` 1 for trajectories) cut into batches of
+    ``batch`` (multi-turn: a bound, as if no episode ended early)."""
+    micro = 0
+    for start in range(0, num_items, buffer):
+        rows = min(buffer, num_items - start)
+        micro += sum(-(-(rows * branch**t) // batch) for t in range(turns))
+    return micro
+
+
 _DEFAULTS = {name: f.default for name, f in TrainingKnobFields.__dataclass_fields__.items()}
 
 
@@ -245,7 +257,10 @@ class GradientSteps(TrainerPart):
         self.scaler = torch.amp.GradScaler("cuda") if knob("fp16") else None
         self.optimizers: dict[str, torch.optim.Optimizer] = dict(optimizers)
         self.apply_step = apply_step if apply_step is not None else self.step
-        self.all_reduce: Callable[[list[torch.Tensor], float], float] | None = None  # data parallel
+        # Data parallel (set by the trainer under a launcher): sum gradients and rows over ranks; whether any
+        # rank skipped the current micro-batch.
+        self.all_reduce: Callable[[list[torch.Tensor], float], float] | None = None
+        self.any_rank: Callable[[bool], bool] | None = None
         self.schedulers: dict[str, Any] = {}
         self.reset()
 
@@ -300,26 +315,39 @@ class GradientSteps(TrainerPart):
         loss.backward()
 
     def end_micro_batch(self, rows: int) -> bool:
-        """The micro-batch went through: its ``rows`` count; completes the group when it is the k-th.
-        Returns whether an optimizer step was taken."""
+        """The micro-batch went through: its ``rows`` count; completes the group when it is the k-th. Returns
+        False when, under data parallel, another rank skipped its part of the micro-batch: then this rank
+        drops its part too (one process would have skipped the whole micro-batch)."""
+        if self.any_rank is not None and self.any_rank(False):
+            self._drop_own()
+            self._advance()
+            return False
         for p, grad in self._stash or []:
             p.grad = grad if p.grad is None else p.grad.add_(grad)
         self._stash = None
         self._rows += float(rows)
-        return self._advance()
+        self._advance()
+        return True
 
-    def discard_micro_batch(self) -> bool:
-        """The micro-batch was skipped: its gradients go, the group's earlier ones come back."""
+    def discard_micro_batch(self) -> None:
+        """The micro-batch was skipped (a non-finite loss): its gradients go, the group's earlier ones come
+        back; under data parallel every rank drops its part."""
+        if self.any_rank is not None:
+            self.any_rank(True)
+        self._drop_own()
+        self._advance()
+
+    def _drop_own(self) -> None:
         for p in self._params():
             p.grad = None
         for p, grad in self._stash or []:
             p.grad = grad
         self._stash = None
-        return self._advance()
 
-    def _advance(self) -> bool:
+    def _advance(self) -> None:
         self._micro += 1
-        return bool(self.apply_step()) if self._micro >= self.k else False
+        if self._micro >= self.k:
+            self.apply_step()
 
     def flush(self) -> bool:
         """Step on a partial group (an epoch's end); returns whether a step was taken."""

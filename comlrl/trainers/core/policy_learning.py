@@ -71,7 +71,7 @@ from comlrl.rl import (
 )
 from comlrl.trainers.core.critics import ValueModel, agent_critic_text, build_critics, joint_critic_text
 from comlrl.trainers.core.models import pad_token_id, scoring_mode
-from comlrl.trainers.core.optimization import accumulated_steps
+from comlrl.trainers.core.optimization import accumulated_steps, epoch_micro_batches
 from comlrl.trainers.core.oracle import NonFiniteRewardError
 from comlrl.trainers.core.reference import ReferencePolicy, shaped_rewards
 from comlrl.trainers.core.sampling import ItemSample
@@ -184,16 +184,11 @@ class PolicyLearner(TrainerPart):
         """Optimizer steps of one epoch over ``num_items`` items (the LR schedule's horizon per epoch): exact
         for one turn; for several, a bound (every tree node or trajectory turn of a buffer trains, as when
         no episode ends early)."""
-        args = self.args
-        buffer, batch, turns = args.rollout_buffer_size, args.train_batch_size, int(getattr(args, "num_turns", 1))
-        if self.algorithm in MAGRPO_FAMILY:
+        args, branch = self.args, 1
+        if self.algorithm in MAGRPO_FAMILY:  # a tree node's children: K joint actions (cross: K^N)
             branch = args.num_generations ** (len(self.trainer.agent_names) if args.joint_mode == "cross" else 1)
-        else:
-            branch = 1
-        micro = 0
-        for start in range(0, num_items, buffer):
-            rows = min(buffer, num_items - start)
-            micro += sum(-(-(rows * branch**t) // batch) for t in range(turns))
+        turns = int(getattr(args, "num_turns", 1))
+        micro = epoch_micro_batches(num_items, args.rollout_buffer_size, args.train_batch_size, turns, branch)
         return accumulated_steps(micro, args.gradient_accumulation_steps)
 
     def run_epoch(
@@ -206,11 +201,9 @@ class PolicyLearner(TrainerPart):
         desc: str = "RL epoch",
         start_buffer: int = 0,
     ) -> None:
-        """One pass over ``items`` in order: sample a buffer, score it, update per ``train_batch_size``
-        (``num_turns > 1``: the buffer's episodes, :mod:`comlrl.trainers.core.multi_turn`), from buffer
-        ``start_buffer`` on a resume. After each buffer the data cursor's ``in_epoch`` counts the buffers done
-        (a ``save_steps`` checkpoint may be written there); the epoch's last optimizer step takes a partial
-        group of micro-batches."""
+        """One pass over ``items`` from buffer ``start_buffer``: sample a buffer, score it, update per
+        ``train_batch_size`` (``num_turns > 1``: the buffer's episodes, :mod:`.multi_turn`). The data cursor's
+        ``in_epoch`` counts the buffers done (a ``save_steps`` checkpoint may follow); the epoch ends a step."""
         args, trainer = self.args, self.trainer
         if int(getattr(args, "num_turns", 1)) > 1:
             from comlrl.trainers.core.multi_turn import train_multi_turn_epoch
@@ -219,24 +212,39 @@ class PolicyLearner(TrainerPart):
                 self, items, epoch=epoch, round_index=round_index, desc=desc, start_buffer=start_buffer
             )
         else:
-            buffer, batch = args.rollout_buffer_size, args.train_batch_size
-            batches = trainer.sample_batches(
-                items, buffer, n=args.num_generations, stream=f"rl/{round_index}", step=epoch, desc=desc,
-                start=start_buffer * buffer,
-            )  # fmt: skip
-            for _, indices, samples in batches:
-                rewards = reward_fn(samples)
-                _check_rewards(rewards, samples, args.num_generations)
-                for first in range(0, len(samples), batch):
-                    trainer._maybe_evaluate()
-                    self.training_step(
-                        samples[first : first + batch],
-                        rewards[first : first + batch],
-                        where=f"round {round_index}, epoch {epoch}, item {indices[0] + first}",
-                    )
-                self.buffer_done(indices[0] // buffer + 1)
+            with trainer.progress_bar(total=len(items), initial=start_buffer * args.rollout_buffer_size,
+                                      desc=desc, unit="item") as bar:  # fmt: skip
+                for buffer in range(start_buffer, -(-len(items) // args.rollout_buffer_size)):
+                    bar.update(self._train_buffer(items, buffer, epoch=epoch, reward_fn=reward_fn, round_index=round_index))
+                    self.buffer_done(buffer + 1)
         trainer.gradient_steps.flush()
         trainer.data_cursor.pop("in_epoch", None)
+
+    def _train_buffer(self, items: Sequence[Any], buffer: int, *, epoch: int, reward_fn: RewardFn, round_index: int) -> int:
+        """Sample rollout buffer ``buffer`` (one generate call), score it, update per ``train_batch_size`` items;
+        data parallel: this rank samples and trains on its shard of each update batch. Returns the item count."""
+        args, trainer, k = self.args, self.trainer, self.args.num_generations
+        start = buffer * args.rollout_buffer_size
+        stop = min(start + args.rollout_buffer_size, len(items))
+        parts = [
+            trainer.data_parallel.shard(range(first, min(first + args.train_batch_size, stop)))
+            for first in range(start, stop, args.train_batch_size)
+        ]
+        mine = [i for part in parts for i in part]
+        stream = f"rl/{round_index}"
+        samples = trainer.sample_items([items[i] for i in mine], mine, n=k, stream=stream, step=epoch) if mine else []
+        rewards = reward_fn(samples) if samples else []
+        _check_rewards(rewards, samples, k)
+        at = 0
+        for part in parts:
+            trainer._maybe_evaluate()
+            if part:
+                where = f"round {round_index}, epoch {epoch}, item {part[0]}"
+                self.training_step(samples[at : at + len(part)], rewards[at : at + len(part)], where=where)
+            else:
+                trainer.idle_update()
+            at += len(part)
+        return stop - start
 
     def buffer_done(self, buffers: int) -> None:
         """``buffers`` rollout buffers of the epoch are trained on: a point a run can resume from."""
@@ -305,7 +313,8 @@ class PolicyLearner(TrainerPart):
                 return self._skip(where, "value loss of the joint critic")
             steps.backward(args.value_loss_coef * v_loss, rows)
             value_losses.append(v_loss.detach())
-        steps.end_micro_batch(rows)
+        if not steps.end_micro_batch(rows):  # another rank's part was non-finite: dropped everywhere
+            return None
         trainer.nonfinite.finite_step()
         metrics = self._metrics(returns, groups, agent_losses, advantages_seen, kls, lengths, immediate, turn)
         if self.critics:
@@ -502,7 +511,7 @@ class PolicyLearner(TrainerPart):
             path = (
                 Path(output_dir if output_dir is not None else self.trainer.args.output_dir) / REFERENCE_DIR
             )
-            self.reference.save(path)
+            self.trainer.data_parallel.rank_zero_writes(lambda: self.reference.save(path), None)
             self.reference_snapshot = str(path)
 
     def state_dict(self) -> dict[str, Any]:

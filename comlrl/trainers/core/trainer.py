@@ -8,10 +8,11 @@ the ``train()`` entry.
   :class:`~comlrl.rollout.HFBackend` (:class:`~comlrl.rollout.VLLMBackend` with ``use_vllm``);
 - the oracle (``reward_func`` after ``reward_processor``), behind a
   :class:`~comlrl.trainers.core.centralized.CentralizedCollaboration` when one actor writes every role;
-- one AdamW per policy, metrics through :class:`~comlrl.reporting.MetricsLogger`, progress bars.
+- one AdamW per policy stepped by :class:`~comlrl.trainers.core.optimization.GradientSteps` (accumulation, LR
+  schedule, clipping, autocast, ``save_steps``), metrics through :class:`~comlrl.reporting.MetricsLogger`;
+- its place in a data-parallel launch (:mod:`comlrl.trainers.core.data_parallel`).
 
-Checkpoints, resume and ``save_model`` come from :class:`~comlrl.trainers.core.trainer_core.TrainerCore`.
-Subclasses implement :meth:`MultiAgentTrainerBase._run` (the training loop of one ``train()`` call, with
+Checkpoints, resume and ``save_model`` come from :class:`~comlrl.trainers.core.trainer_core.TrainerCore`. Subclasses implement :meth:`MultiAgentTrainerBase._run` (the training loop of one ``train()`` call, with
 commit points for checkpoints), register the pieces they are composed of with ``add_part`` and add their own
 state through ``state_extra``, ``checkpoint_payloads`` and ``restore_payloads``. The preference trainers,
 the MAGRPO family and the actor-critic trainers are built on it.
@@ -26,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -37,9 +37,11 @@ from torch import nn
 
 from comlrl.atomic_io import atomic_write_text
 from comlrl.checkpoint import TrainerState
+from comlrl.distributed import RankMetricsLogger, check_world_size
 from comlrl.policy import MultiAgentPolicy
 from comlrl.rollout import SamplingParams
 from comlrl.trainers.core.centralized import CentralizedCollaboration, check_adapter
+from comlrl.trainers.core.data_parallel import DataParallel
 from comlrl.trainers.core.models import disable_dropout
 from comlrl.trainers.core.nonfinite import NonFiniteGuard
 from comlrl.trainers.core.optimization import GradientSteps
@@ -138,6 +140,8 @@ class MultiAgentTrainerBase(TrainerCore):
     ) -> None:
         super().__init__()
         args = self._check_args(args)
+        # Under accelerate launch / torchrun: join the launch, or refuse it before any model loads.
+        self.data_parallel = DataParallel(type(self).__name__, self.data_parallel_refusal(args))
         self.external_transition = self._accept_external_transition(external_transition, args)
         if reward_func is None or not callable(reward_func):
             message = f"`reward_func` must be a callable, got {type(reward_func).__name__}"
@@ -231,9 +235,13 @@ class MultiAgentTrainerBase(TrainerCore):
         # Micro-batches into optimizer steps: accumulation, clipping, LR schedule, autocast, save_steps.
         self.gradient_steps = self.add_part(
             GradientSteps(
-                args, self.optimizers_by_policy, device_type=self.policy.device(0).type, apply_step=self._step
+                args,
+                self.optimizers_by_policy,
+                device_type=self.policy.device(0).type,
+                apply_step=lambda: self.step_optimizers(),  # a finished group of micro-batches steps
             )
         )
+        self.data_parallel.attach(self.gradient_steps)
         self._sampling_overrides: dict[str, Any] = {}
         self._verbose = not args.disable_tqdm
         self._plan: CheckpointPlan | None = None
@@ -288,6 +296,10 @@ class MultiAgentTrainerBase(TrainerCore):
             )
         return args
 
+    def data_parallel_refusal(self, args: Any) -> str | None:
+        """Why this trainer cannot train data-parallel with ``args`` (None: it can; :mod:`.data_parallel`)."""
+        return "use_vllm" if getattr(args, "use_vllm", False) else None
+
     def _accept_external_transition(self, transition: Any, args: Any) -> Any:
         """The transition the trainer keeps (the online RL trainers' multi-turn episodes override this); the
         preference trainers are single-turn, so theirs must be None."""
@@ -338,9 +350,8 @@ class MultiAgentTrainerBase(TrainerCore):
     def sample_batches(
         self, items: Sequence[Any], batch_size: int, *, n: int, stream: str, step: int, desc: str, start: int = 0
     ) -> Iterator[tuple[list[Any], list[int], list[ItemSample]]]:
-        """:meth:`sample_items` over consecutive batches of ``batch_size`` items from item ``start`` under a
-        progress bar: yields ``(batch, its item indices, samples)``; the bar advances when the caller is done
-        with a batch."""
+        """:meth:`sample_items` over consecutive batches of ``batch_size`` items from item ``start`` (a progress
+        bar advances when the caller is done with a batch): yields ``(batch, its item indices, samples)``."""
         with self.progress_bar(total=len(items), initial=start, desc=desc, unit="item") as bar:
             for first in range(start, len(items), batch_size):
                 batch = list(items[first : first + batch_size])
@@ -420,10 +431,6 @@ class MultiAgentTrainerBase(TrainerCore):
         """The training loop of one ``train()`` call; call :meth:`_commit` at each commit point."""
         raise NotImplementedError
 
-    def _step(self) -> bool:
-        """``gradient_steps`` finished a group of micro-batches: take the optimizer step."""
-        return self.step_optimizers()
-
     def step_optimizers(self) -> bool:
         """One step of every optimizer on the accumulated gradients (:meth:`GradientSteps.step`: averaged over
         the group's rows, clipped, scheduled), bumping every policy's version; False when nothing trained."""
@@ -456,34 +463,17 @@ class MultiAgentTrainerBase(TrainerCore):
     # ------------------------------------------------------------------------------------ evaluation
     def evaluate(self, num_eval_samples: int | None = None) -> dict[str, float]:
         """Play one joint response per evaluation item (one path of ``num_turns`` turns for a multi-turn
-        trainer) with the current policies, scored with the task reward; returns (and logs)
-        ``eval/turn_t/reward_mean``, ``eval/turn_t/expected_return`` (the reward sum from turn t on) and
-        ``eval/<key>`` for the ``eval_aggregator``'s keys. ``{}`` (with a warning) without an ``eval_dataset``."""
-        from comlrl.trainers.core.evaluation import evaluate_items
+        trainer) with the current policies, scored with the task reward; returns (and logs) the metrics of
+        :func:`comlrl.trainers.core.evaluation.evaluate` (``{}``, with a warning, without an ``eval_dataset``)."""
+        from comlrl.trainers.core.evaluation import evaluate
 
-        if self.eval_dataset is None:
-            warnings.warn(
-                "evaluate() has nothing to evaluate: the trainer was built without an `eval_dataset`; pass "
-                "eval_dataset=... to measure the task reward",
-                UserWarning,
-                stacklevel=2,
-            )
-            return {}
-        count = self.args.eval_num_samples if num_eval_samples is None else num_eval_samples
-        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise ValueError(f"`num_eval_samples` must be an integer >= 0, got {count!r}")
-        items = self.eval_dataset[:count]
-        if not items:
-            return {}
-        metrics = evaluate_items(self, items)
-        self.eval_count += 1
-        self._log(metrics)
-        return metrics
+        return evaluate(self, num_eval_samples)
 
     def _maybe_evaluate(self) -> None:
         interval = self.args.eval_interval
         if interval > 0 and self.eval_dataset is not None and self.updates_seen % interval == 0:
-            self.evaluate()
+            if self.data_parallel.main:  # rank 0 evaluates and logs
+                self.evaluate()
 
     # ------------------------------------------------------------------------------------ logging
     def new_metrics_logger(self):
@@ -491,6 +481,8 @@ class MultiAgentTrainerBase(TrainerCore):
         ``output_dir/metrics.jsonl`` (a resume then rewrites it from the checkpoint's history)."""
         from comlrl.reporting import MetricsLogger
 
+        if not self.data_parallel.main:
+            return RankMetricsLogger()  # rank 0 writes the metrics
         metrics_logger = MetricsLogger(
             self.args.output_dir,
             self.args.report_to,
@@ -515,7 +507,7 @@ class MultiAgentTrainerBase(TrainerCore):
         """Account one optimizer update that consumed ``env_steps`` environment steps and log when
         ``logging_steps`` have passed."""
         self.updates_seen += 1
-        self.env_step += int(env_steps)
+        self.env_step += int(self.data_parallel.total(env_steps))  # every rank's joint responses
         for key, value in {**metrics, **self.gradient_steps.step_metrics()}.items():
             self._window[key].append(float(value))
         if self.x_step - self._last_log_x >= self.args.logging_steps:
@@ -526,6 +518,12 @@ class MultiAgentTrainerBase(TrainerCore):
     def record_nonfinite(self, where: str, what: str = "loss") -> None:
         """Count an update skipped for a non-finite ``what`` (see :mod:`.nonfinite`; may stop the run)."""
         self.nonfinite.skip_step(what, where)
+
+    def idle_update(self) -> None:
+        """Under data parallel, this rank's part of a batch is empty: it still joins the micro-batch (zero rows)."""
+        self.gradient_steps.start_micro_batch()
+        if self.gradient_steps.end_micro_batch(0):
+            self.record_step(0, {})
 
     def _flush_window(self) -> None:
         if not self._window:
@@ -544,12 +542,23 @@ class MultiAgentTrainerBase(TrainerCore):
     def save_model(self, output_dir: str | os.PathLike) -> Path:
         """Write ``output_dir/agent_i/`` for every agent (model and tokenizer ``save_pretrained``; a LoRA
         agent's folder holds its adapter and tokenizer, the base goes to ``output_dir/base/``), plus the
-        policy layout (``MultiAgentPolicy.load(output_dir)`` rebuilds the team)."""
-        output_dir = super().save_model(output_dir)
-        save_agent_folders(self.policy, self.agent_names, output_dir)
+        policy layout (``MultiAgentPolicy.load(output_dir)`` rebuilds the team). Data parallel: rank 0 writes."""
+        if self.data_parallel.main:
+            output_dir = super().save_model(output_dir)
+            save_agent_folders(self.policy, self.agent_names, output_dir)
         if self._metrics_logger is not None and "wandb" in self.args.report_to:
             self._log({"final_model_saved": 1})
-        return output_dir
+        return self.data_parallel.rank_zero_writes(lambda: Path(output_dir), Path(output_dir))
+
+    def save_checkpoint(self, output_dir: Any = None, *, step: int | None = None, total_limit: Any = None) -> Path:
+        """:meth:`TrainerCore.save_checkpoint`; data parallel: every rank calls it, rank 0 writes."""
+        path = Path(output_dir if output_dir is not None else self.output_dir) / f"checkpoint-{step}"
+        save = lambda: TrainerCore.save_checkpoint(self, output_dir, step=step, total_limit=total_limit)  # noqa: E731
+        return self.data_parallel.rank_zero_writes(save, path)
+
+    def load_checkpoint(self, path: str | os.PathLike | bool) -> TrainerState:
+        """:meth:`TrainerCore.load_checkpoint`; data parallel: rank 0 first (it tidies files), then the others."""
+        return self.data_parallel.rank_zero_first(lambda: TrainerCore.load_checkpoint(self, path))
 
     # ------------------------------------------------------------------------------------ checkpoints
     def checkpoint_step(self) -> int:
@@ -565,6 +574,7 @@ class MultiAgentTrainerBase(TrainerCore):
         trainer = saved.extra.get("trainer")
         if trainer != type(self).__name__:
             raise ValueError(f"checkpoint {path} was written by {trainer}, not {type(self).__name__}")
+        check_world_size(saved.extra, path, self.data_parallel.size)
         check_config_matches(saved.extra.get("config", {}), self.args, path)
 
     def state_extra(self) -> dict[str, Any]:
@@ -578,6 +588,7 @@ class MultiAgentTrainerBase(TrainerCore):
             **self.nonfinite.state_dict(),
             "last_log_x": self._last_log_x,
             "window": {key: list(values) for key, values in self._window.items()},
+            "world_size": self.data_parallel.size,
         }
 
     def load_state_extra(self, extra: Mapping[str, Any]) -> None:

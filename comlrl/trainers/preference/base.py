@@ -149,6 +149,11 @@ class PreferenceTrainerBase(MultiAgentTrainerBase):
         first round and for the base trainers."""
         return self.rounds.last_stats
 
+    def data_parallel_refusal(self, args: Any) -> str | None:
+        if self.rounds_class is not SingleCollection:
+            return "the iterative comparison rounds"
+        return super().data_parallel_refusal(args)
+
     def reset_counters(self) -> None:
         """Zero the run's counters (a fresh ``train()``)."""
         self.pairs_built = 0
@@ -157,18 +162,22 @@ class PreferenceTrainerBase(MultiAgentTrainerBase):
 
     # ------------------------------------------------------------------------------------ base collection
     def collect_pairs(self, round_index: int = 0) -> list[PreferencePair]:
-        """Pairs among every training item's own candidates (the base trainers), in dataset order."""
+        """Pairs among every training item's own candidates (the base trainers), in dataset order. Data
+        parallel: each rank samples and scores its shard of the items, then every rank takes all the pairs."""
         items = self._require_train_items()
         args = self.args
         pairs: list[PreferencePair] = []
         rewards: list[float] = []
+        counted = (self.pairs_built, self.pairs_skipped)
+        start, stop = self.data_parallel.bounds(len(items))
         batches = self.sample_batches(
-            items,
+            items[:stop],
             self.generation_batch_items,
             n=args.preference_num_candidates,
             stream="candidates",
             step=round_index,
             desc="Collecting pairs",
+            start=start,
         )
         for _, _, samples in batches:
             for sample in samples:
@@ -189,6 +198,12 @@ class PreferenceTrainerBase(MultiAgentTrainerBase):
                 self.pairs_built += len(built)
                 self.pairs_skipped += _tied_pairs(scores.processed)
                 pairs += built
+        if self.data_parallel.size > 1:
+            mine = (pairs, rewards, self.pairs_built - counted[0], self.pairs_skipped - counted[1])
+            parts = self.data_parallel.gather(mine)
+            pairs, rewards = [p for part in parts for p in part[0]], [r for part in parts for r in part[1]]
+            self.pairs_built = counted[0] + sum(part[2] for part in parts)
+            self.pairs_skipped = counted[1] + sum(part[3] for part in parts)
         self._collection_reward_mean = sum(rewards) / len(rewards) if rewards else math.nan
         return pairs
 

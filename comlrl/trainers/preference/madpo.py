@@ -92,7 +92,11 @@ class MADPOTrainer(PreferenceTrainerBase):
             with self.progress_bar(total=len(batches), initial=first, desc=desc, unit="batch") as bar:
                 for b in range(first, len(batches)):
                     self._maybe_evaluate()
-                    self.training_step([pairs[i] for i in batches[b]], where=f"round {round_index}, epoch {epoch}")
+                    mine = self.data_parallel.shard(batches[b])  # data parallel: this rank's pairs of the batch
+                    if mine:
+                        self.training_step([pairs[i] for i in mine], where=f"round {round_index}, epoch {epoch}")
+                    else:
+                        self.idle_update()
                     self.data_cursor["in_epoch"] = b + 1
                     self.save_due_checkpoint()
                     bar.update(1)
@@ -152,7 +156,8 @@ class MADPOTrainer(PreferenceTrainerBase):
             return None
         with self._all_adapters_trainable():
             steps.backward(total, len(batch))
-        steps.end_micro_batch(len(batch))
+        if not steps.end_micro_batch(len(batch)):  # another rank's part was non-finite: dropped everywhere
+            return None
         self.nonfinite.finite_step()
         detached = margins.detach()
         reward_mean = sum(p.candidate_reward_mean for p in batch) / len(batch)

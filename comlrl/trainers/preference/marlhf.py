@@ -124,6 +124,9 @@ class MARLHFTrainer(PreferenceTrainerBase):
             PolicyLearner(self, critic_model=critic_model, critics=critics, metrics_callback=metrics_callback)
         )
 
+    def data_parallel_refusal(self, args: Any) -> str | None:
+        return super().data_parallel_refusal(args) or "the reward-model stage"
+
     @property
     def critics(self) -> list[Any]:
         """The RL stage's critics (maac / iac), persisting across epochs and rounds."""
