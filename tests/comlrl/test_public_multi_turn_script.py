@@ -5,8 +5,9 @@ an ``external_transition`` that writes each agent's next prompt from the last tu
 Each script reads only the model path and its output folder from the environment and checks, as a user
 would: both agents' weights changed, the transition got the documented keywords (``prompt``,
 ``agent_completions``, ``num_agents``, ``prompt_history_per_agent``, ``response_history_per_agent``) with the
-histories of the branch so far, the per-turn metrics were logged, evaluation reports every turn, and the
-saved agents load.
+histories of the branch so far, the prompt it returned reached the next turn's formatter (as ``item["prompt"]``),
+the documented metrics were logged (per turn, and the critics'), evaluation reports every turn, and the saved
+agents load.
 """
 
 from __future__ import annotations
@@ -38,6 +39,14 @@ SCRIPT = textwrap.dedent(
         return [f"{{prompt}} Your last try was: {{text[:20]}}. Improve it." for text in agent_completions]
 
 
+    seen_prompts = []
+
+
+    def formatter(item):  # the public rule: a transition's prompt replaces item["prompt"] before this runs
+        seen_prompts.append(item["prompt"])
+        return item["prompt"]
+
+
     def reward_func(completions1, completions2, batch_items=None):
         return [min(len(completions1[0]), 30) / 30.0 - min(len(completions2[0]), 30) / 60.0]
 
@@ -58,7 +67,7 @@ SCRIPT = textwrap.dedent(
     assert config.num_turns == 2  # the public default: multi-turn
     trainer = {trainer}({model_keyword}=MODEL, reward_func=reward_func, train_dataset=train, eval_dataset=train,
                          external_transition=external_transition, eval_logger=eval_logger,
-                         eval_aggregator=eval_aggregator, args=config{extra})
+                         eval_aggregator=eval_aggregator, formatters=formatter, args=config{extra})
     before = [[p.detach().clone() for p in agent.parameters()] for agent in trainer.agents]
     trainer.train()
     for agent, old in zip(trainer.agents, before):
@@ -67,11 +76,17 @@ SCRIPT = textwrap.dedent(
     for prompt, completions, num_agents, prompts_seen, responses_seen in calls:
         assert prompt in [item["prompt"] for item in train] and num_agents == 2 and len(completions) == 2
         assert prompts_seen == [1, 1] and responses_seen == [1, 1]
+    # turn 2 was prompted with what the transition returned
+    assert any(p.endswith("Improve it.") and "Your last try was: " in p for p in seen_prompts), seen_prompts
     metrics = trainer.evaluate()
     for key in ("eval/turn_1/reward_mean", "eval/turn_2/reward_mean", "eval/turn_2/expected_return", "eval/turn_2/chars"):
         assert key in metrics, (key, sorted(metrics))
     logged = [json.loads(line) for line in open(os.path.join(OUT, "metrics.jsonl"))]
-    assert any("turn_2/reward_mean" in record for record in logged), logged
+    documented = ["loss", "turn_1/reward_mean", "turn_2/reward_mean", "turn_1/expected_return",
+                  "turn_2/expected_return", "completions/mean_length", "learning_rate"]
+    documented += {critic_metrics}
+    for key in documented:
+        assert any(key in record for record in logged), (key, logged)
     trainer.save_model(os.path.join(OUT, "final"))
     for i in range(2):
         AutoModelForCausalLM.from_pretrained(os.path.join(OUT, "final", f"agent_{{i}}"))
@@ -81,11 +96,13 @@ SCRIPT = textwrap.dedent(
 
 CASES = {
     "magrpo": dict(module="reinforce", config="MAGRPOConfig", trainer="MAGRPOTrainer", model_keyword="agent_model",
-                   args="num_generations=2,", extra=", num_agents=2"),
+                   args="num_generations=2,", extra=", num_agents=2", critic_metrics="[]"),
     "iac": dict(module="actor_critic", config="IACConfig", trainer="IACTrainer", model_keyword="agent_model",
-                args="num_agents=2, critic_learning_rate=1e-2, critic_model_name=MODEL,", extra=""),
+                args="num_agents=2, critic_learning_rate=1e-2, critic_model_name=MODEL,", extra="",
+                critic_metrics='["value_loss", "value_mean"]'),
     "maac": dict(module="actor_critic", config="MAACConfig", trainer="MAACTrainer", model_keyword="agent_model",
-                 args="num_agents=2, critic_learning_rate=1e-2, critic_model_name=MODEL,", extra=""),
+                 args="num_agents=2, critic_learning_rate=1e-2, critic_model_name=MODEL,", extra="",
+                critic_metrics='["value_loss", "value_mean"]'),
 }
 
 
