@@ -20,8 +20,10 @@ from comlrl.trainers.preference import (
     MADPOIterConfig,
     MADPOIterTrainer,
     MADPOTrainer,
+    MARLHFConfig,
     MARLHFIterConfig,
     MARLHFIterTrainer,
+    MARLHFTrainer,
 )
 from comlrl.trainers.preference.reward_model import JointRewardModel, fit_reward_model
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
@@ -374,3 +376,23 @@ def test_iterative_run_resumed_from_a_checkpoint_inside_a_round_ends_bitwise_equ
         assert (tmp_path / "a" / "preference_replay" / name).read_bytes() == (
             tmp_path / "b" / "preference_replay" / name
         ).read_bytes()
+
+
+def test_marlhf_resumed_from_a_checkpoint_inside_its_rl_stage_keeps_the_fitted_reward_model(tiny_model_path, tmp_path):
+    def run(out):
+        args = MARLHFConfig(**madpo_values(out, preference_num_candidates=3, max_new_tokens=4, num_train_epochs=1,
+                                           rollout_buffer_size=1, train_batch_size=1, num_generations=2, save_steps=2,
+                                           seed=3, reward_model_name=tiny_model_path, reward_model_device="cpu"))  # fmt: skip
+        return MARLHFTrainer(agent_model=tiny_model_path, num_agents=2, reward_func=varied_reward, train_dataset=ITEMS,
+                             args=args)  # fmt: skip
+
+    done = run(tmp_path / "a")
+    done.train()
+    assert checkpoints(tmp_path / "a")[2] == {"pairs_collected": True, "epochs_done": 0, "in_epoch": 2}
+    assert (tmp_path / "a" / "checkpoint-2" / "extra" / "reward_model").is_dir()
+    resumed = run(tmp_path / "b")
+    fits = []
+    resumed.fit_reward_model = lambda *a, **k: fits.append(a)  # a resume inside the RL stage does not refit
+    resumed.train(resume_from_checkpoint=tmp_path / "a" / "checkpoint-2")
+    assert not fits
+    assert_same_run(done, resumed, tmp_path / "a", tmp_path / "b")
