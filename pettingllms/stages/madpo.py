@@ -18,7 +18,7 @@ def madpo_settings(
     stage: str, config: Mapping[str, Any], stage_dir: str | Path, progress: bool = True, num_agents: int | None = None
 ):
     """The :class:`~comlrl.trainers.preference.MADPOIterConfig` of section ``stage`` (``madpo``); a ConfigError
-    under a data-parallel launch (comlrl's trainers have no data-parallel mode yet)."""
+    under a data-parallel launch (the trainer runs data-parallel, the stage's wiring not yet)."""
     from comlrl.trainers.preference import MADPOIterConfig
 
     check_one_process(stage)

@@ -18,7 +18,7 @@ def marlhf_settings(
     stage: str, config: Mapping[str, Any], stage_dir: str | Path, progress: bool = True, num_agents: int | None = None
 ):
     """The :class:`~comlrl.trainers.preference.MARLHFIterConfig` of section ``stage`` (``marlhf``); a ConfigError
-    under a data-parallel launch (comlrl's trainers have no data-parallel mode yet)."""
+    under a data-parallel launch (the trainer runs data-parallel, the stage's wiring not yet)."""
     from comlrl.trainers.preference import MARLHFIterConfig
 
     check_one_process(stage)

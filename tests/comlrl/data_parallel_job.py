@@ -12,18 +12,38 @@ Scenarios (test-tiny model, 4 items, the same global batches in both launches):
   batch's 2 pairs 1 and 1), 2 micro-batches per optimizer step, a linear LR schedule with warm-up, clipping,
   and a checkpoint every optimizer step (``save_steps=1``);
 - ``magrpo``: MAGRPO, 2 epochs, one rollout buffer of 4 items, update batches of 3 (ranks take 2 and 1 items)
-  then 1 (rank 1 has no row and joins with none), per-item groups whitened, a cosine schedule.
+  then 1 (rank 1 has no row and joins with none), per-item groups whitened, a cosine schedule;
+- ``madpo_iter``: MADPOIter, 2 rounds against the ``history`` comparator (k=1), the ``lambda_decay`` replay
+  drawing 7 pairs a round from both rounds' files, per-round policy snapshots, batches of 3 pairs, a
+  checkpoint every optimizer step (inside the rounds); on two ranks it then resumes a fresh trainer from the
+  first checkpoint of round 2 and dumps that run's weights as ``resumed{r}.pt``;
+- ``marlhf_iter``: MARLHFIter, 2 rounds against ``current_copy`` with the reward model as the comparisons'
+  oracle once fitted (round 2), each round a reward-model fit (batches of 3 pairs, 2 epochs) then a MAGRPO
+  stage (batches of 3 items);
+- ``multi_turn``: MAGRPO over 2 turns (K=2, aligned) with early termination, so the items' trees differ in
+  size (and so the ranks' rows per turn), update batches of 3 nodes.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import socket
+import subprocess
 import sys
 from pathlib import Path
 
 import torch
 
 from comlrl import distributed as dist
-from comlrl.trainers.preference import MADPOConfig, MADPOTrainer
+from comlrl.trainers.preference import (
+    MADPOConfig,
+    MADPOIterConfig,
+    MADPOIterTrainer,
+    MADPOTrainer,
+    MARLHFIterConfig,
+    MARLHFIterTrainer,
+)
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 
 ITEMS = [{"prompt": f"Task {i}: write a short plan."} for i in range(4)]
@@ -34,6 +54,10 @@ def reward(a, b) -> float:
     return float(len(a[0]) % 5) + 0.5 * float(len(b[0]) % 3)
 
 
+def transition(prompt, agent_completions, num_agents, prompt_history_per_agent, response_history_per_agent):
+    return [f"{prompt} Revise: {agent_completions[1 - a][:12]}" for a in range(num_agents)]
+
+
 def build(scenario: str, model_path: str, out: Path):
     common = dict(output_dir=str(out), max_new_tokens=5, temperature=1.0, top_p=1.0, agent_learning_rate=LR,
                   logging_steps=1, eval_interval=0, disable_tqdm=True, seed=3, num_train_epochs=2)  # fmt: skip
@@ -42,6 +66,25 @@ def build(scenario: str, model_path: str, out: Path):
                            gradient_accumulation_steps=2, lr_scheduler_type="linear", warmup_steps=1,
                            max_grad_norm=1.0, save_steps=1)  # fmt: skip
         return MADPOTrainer(agent_model=model_path, num_agents=2, reward_func=reward, train_dataset=ITEMS, args=args)
+    if scenario == "madpo_iter":
+        args = MADPOIterConfig(**{**common, "num_train_epochs": 1}, num_iterations=2, comparator_policy="history",
+                               preference_num_candidates=2, preference_pairs_per_sample=2, train_batch_size=3,
+                               preference_replay_mode="lambda_decay", preference_replay_lambda=0.5,
+                               preference_replay_sample_size=7, policy_checkpoint_dir=str(out / "snapshots"),
+                               save_steps=1)  # fmt: skip
+        return MADPOIterTrainer(agent_model=model_path, num_agents=2, reward_func=reward, train_dataset=ITEMS, args=args)
+    if scenario == "marlhf_iter":
+        args = MARLHFIterConfig(**{**common, "num_train_epochs": 1}, num_iterations=2, comparator_policy="current_copy",
+                                preference_num_candidates=2, preference_pairs_per_sample=2, rl_algorithm="magrpo",
+                                num_generations=2, rollout_buffer_size=4, train_batch_size=3,
+                                preference_scoring_reward="reward_model", reward_num_train_epochs=2,
+                                reward_train_batch_size=3, reward_learning_rate=1e-3, reward_eval_fraction=0.2)  # fmt: skip
+        return MARLHFIterTrainer(agent_model=model_path, num_agents=2, reward_func=reward, train_dataset=ITEMS, args=args)
+    if scenario == "multi_turn":
+        args = MAGRPOConfig(**{**common, "num_train_epochs": 1}, num_turns=2, num_generations=2, rollout_buffer_size=4,
+                            train_batch_size=3, early_termination_threshold=3.0)  # fmt: skip
+        return MAGRPOTrainer(agent_model=model_path, num_agents=2, reward_func=reward, train_dataset=ITEMS, args=args,
+                             external_transition=transition)  # fmt: skip
     args = MAGRPOConfig(**common, num_turns=1, num_generations=3, rollout_buffer_size=4, train_batch_size=3,
                         lr_scheduler_type="cosine")  # fmt: skip
     return MAGRPOTrainer(agent_model=model_path, num_agents=2, reward_func=reward, train_dataset=ITEMS, args=args)
@@ -64,8 +107,41 @@ def run(model_path: str, out: Path, scenario: str) -> dict:
         "counters": [trainer.env_step, trainer.updates_seen, trainer.gradient_steps.global_step, trainer.pairs_built
                      if hasattr(trainer, "pairs_built") else 0],
     }  # fmt: skip
+    if getattr(trainer, "reward_model", None) is not None:
+        result["reward_head"] = trainer.reward_model.head.weight.detach().clone()
     torch.save(result, out / scenario / f"rank{dist.rank()}.pt")
+    if scenario == "madpo_iter" and dist.world_size() > 1:
+        resumed = build(scenario, model_path, out / "madpo_iter_resumed")
+        resumed.train(resume_from_checkpoint=first_checkpoint_inside_round_2(out / scenario))
+        weights = {k: p.detach().clone() for n in resumed.policy.policies for k, p in resumed.policy.named_trainable_parameters(n)}
+        torch.save(weights, out / "madpo_iter_resumed" / f"resumed{dist.rank()}.pt")
     return result
+
+
+def first_checkpoint_inside_round_2(folder: Path) -> Path:
+    """The earliest ``save_steps`` checkpoint written while round 2 learned (its pairs drawn, epochs going on)."""
+    for path in sorted(folder.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1])):
+        cursor = json.loads((path / "trainer_state.json").read_text())["data_cursor"]
+        if cursor.get("rounds_done") == 1 and cursor.get("round_pairs"):
+            return path
+    raise AssertionError(f"no checkpoint inside round 2 in {folder}")
+
+
+def launch(model_path: str, out: Path, scenarios: list[str], timeout: int = 300) -> None:
+    """Run ``scenarios`` into ``out`` on two ranks: ``accelerate launch --multi_gpu --num_processes 2`` (gloo on
+    the loopback interface, one torch thread per rank)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+        "--main_process_port", str(port), __file__, model_path, str(out), *scenarios,
+    ]  # fmt: skip
+    # gloo connects its ranks over the interface the host name resolves to unless told otherwise: loopback only.
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, cwd=Path(__file__).parents[2])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
 
 
 def main(argv: list[str]) -> None:

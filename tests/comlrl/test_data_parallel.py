@@ -7,17 +7,14 @@ rows) within a relative 1e-4 of its norm; the final weights within ``ATOL`` (Ada
 entry by its magnitude plus 1e-8, so float rounding in an entry near that size moves it by a share of the
 learning rate); the counters (env_step counts every rank's joint responses); the two ranks end bitwise
 equal. Rank 0 alone writes (one metrics.jsonl, the checkpoints, which record the world size); resuming such
-a checkpoint in one process is an error naming both sizes; a trainer without a data-parallel mode is
-refused under a launcher before any model loads.
+a checkpoint in one process is an error naming both sizes; a config without a data-parallel mode (``use_vllm``)
+is refused under a launcher before any model loads. The iterative trainers, MARLHF and multi-turn episodes:
+``test_data_parallel_rounds.py``.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,19 +22,11 @@ import torch
 
 from comlrl import distributed
 from comlrl.trainers.core import data_parallel
-from comlrl.trainers.preference import MADPOIterConfig, MADPOIterTrainer
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 from tests.comlrl import data_parallel_job as job
 
 ATOL = 0.05 * job.LR
 SCENARIOS = ["madpo", "magrpo"]
-JOB = Path(__file__).with_name("data_parallel_job.py")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -45,15 +34,7 @@ def runs(tmp_path_factory, tiny_model_path):
     """``(one-process folder, two-rank folder)``, each holding a folder per scenario."""
     root = tmp_path_factory.mktemp("comlrl-data-parallel")
     one, two = root / "one", root / "two"
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-        "--main_process_port", str(free_port()), str(JOB), tiny_model_path, str(two), *SCENARIOS,
-    ]  # fmt: skip
-    # gloo connects its ranks over the interface the host name resolves to unless told otherwise: loopback only.
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2])
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    job.launch(tiny_model_path, two, SCENARIOS)
     threads = torch.get_num_threads()
     try:
         job.main([tiny_model_path, str(one), *SCENARIOS])
@@ -103,11 +84,8 @@ def test_a_two_rank_checkpoint_does_not_resume_in_one_process(runs, tiny_model_p
 def test_a_trainer_without_a_data_parallel_mode_is_refused_before_loading(monkeypatch, tmp_path):
     monkeypatch.setattr(distributed, "init_distributed", lambda: 2)
     monkeypatch.setattr(distributed, "rank", lambda: 0)
-    with pytest.raises(ValueError, match=r"MADPOIterTrainer has no data-parallel mode yet \(the iterative comparison "
-                                         r"rounds\), and this run has world size 2"):  # fmt: skip
-        MADPOIterTrainer(agent_model="no-such-model", num_agents=2, reward_func=job.reward,
-                         args=MADPOIterConfig(output_dir=str(tmp_path)))  # fmt: skip
-    with pytest.raises(ValueError, match=r"MAGRPOTrainer has no data-parallel mode yet \(multi-turn episodes"):
+    with pytest.raises(ValueError, match=r"MAGRPOTrainer has no data-parallel mode yet \(use_vllm\), and this run "
+                                         r"has world size 2"):  # fmt: skip
         MAGRPOTrainer(agent_model="no-such-model", num_agents=2, reward_func=job.reward,
-                      external_transition=lambda **k: ["a", "b"], args=MAGRPOConfig(output_dir=str(tmp_path)))  # fmt: skip
+                      args=MAGRPOConfig(output_dir=str(tmp_path), num_turns=1, use_vllm=True))  # fmt: skip
     assert data_parallel.DataParallel("X").size == 2  # a trainer that can: joins

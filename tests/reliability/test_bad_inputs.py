@@ -20,6 +20,7 @@ from comlrl.checkpoint import CheckpointError, TrainerState, load_checkpoint, sa
 from comlrl.policy import MultiAgentPolicy
 from comlrl.policy.multi_agent import PolicyFileError
 from comlrl.reporting import MetricsFileError, MetricsLogger, read_metrics
+from comlrl.trainers.core.data_parallel import DataParallel
 from comlrl.trainers.preference.records import (
     PreferencePair,
     RoundFileError,
@@ -267,7 +268,8 @@ def test_resume_refuses_a_checkpoint_whose_round_file_was_edited(tmp_path):
         preference_replay_mode="all_history", preference_replay_k=None, preference_replay_lambda=None,
         preference_replay_sample_size=None, seed=1,
     )
-    part = PreferenceRounds(SimpleNamespace(args=args, data_cursor={"rounds_done": 2}), comparator=object())
+    trainer = SimpleNamespace(args=args, data_cursor={"rounds_done": 2}, data_parallel=DataParallel("stub"))
+    part = PreferenceRounds(trainer, comparator=object())
     with pytest.raises(RoundFileError, match=r"resumed/iteration_0002\.json: record 0: record field 'loser_reward'"):
         part.restore(tmp_path / "checkpoint-2")
     assert part.replay_buffer is None

@@ -4,23 +4,34 @@
 What a run on N processes does, and why it equals one process over the same batches:
 
 - the batch sizes are global: every rank walks the same batches in the same order (MADPO: the epoch's
-  shuffled pair batches; MAGRPO / IAC / MAAC: the rollout buffers and their update batches) and takes its
-  contiguous :func:`~comlrl.distributed.shard` of each batch's rows (the first ranks the larger parts); the
-  samples are the one-process samples, since a request's seed depends on its item, not on its batch;
-- MADPO's pair collection samples and scores each rank's shard of the items, then every rank takes every
-  rank's pairs in rank order (the one-process list);
+  shuffled pair batches; MAGRPO / IAC / MAAC and MARLHF's RL stage: the rollout buffers and their update
+  batches; the reward-model fit: its shuffled pair batches) and takes its contiguous
+  :func:`~comlrl.distributed.shard` of each batch's rows (the first ranks the larger parts); the samples are
+  the one-process samples, since a request's seed depends on its item, not on its batch;
+- pair collection (MADPO, MARLHF, and each round of the iterative trainers, the comparator's answers
+  included) samples and scores each rank's shard of the items, then every rank takes every rank's pairs
+  and counts in rank order (the one-process list);
+- multi-turn episodes: each rank plays the rollout trees (trajectories) of its shard of a buffer's items;
+  the rows of a turn, every rank's in rank order, are the one-process rows, cut into the same global update
+  batches, and each rank trains on the rows of a batch it holds (:meth:`DataParallel.row_offsets`);
 - per optimizer step the gradients and the rows trained on are summed over ranks before the division by
   the rows (:class:`~comlrl.trainers.core.optimization.GradientSteps`), so the step is the gradient of the
   mean over the global rows, accumulation included; a rank with no row of a batch still joins (zero
   gradient, zero rows); a micro-batch that is non-finite on one rank is dropped on all;
+- the iterative rounds: every rank holds the same replay buffer (same index, same seeded generator, so the
+  same draw); rank 0 writes the round files, the others read what a draw needs after a barrier; the
+  comparator runs on every rank on its shard (the frozen copies and history snapshots are equal on every
+  rank, since the weights are; an ``api`` comparator gets each rank's requests);
 - ``env_step`` counts every rank's joint responses; the logged update metrics are rank 0's rows', and rank 0
-  alone evaluates, logs to files, writes checkpoints and ``save_model`` (the others wait); a checkpoint
-  records the world size, and resuming on another is an error naming both.
+  alone evaluates, logs to files, writes checkpoints, round files, reward distributions, policy snapshots
+  and ``save_model`` (the others wait); a checkpoint records the world size, and resuming on another is an
+  error naming both.
 
 Differences from one process: with ``advantage_normalization`` the actor-critic trainers whiten each rank's
-part of a batch (the MAGRPO family's groups are per item, so theirs do not change). Without a data-parallel
-mode yet (refused under a launcher before any model loads): the iterative trainers, MARLHF, multi-turn
-episodes, ``use_vllm``.
+part of a batch (the MAGRPO family's groups are per item, so theirs do not change); a batch whose every item
+has a non-finite reward on every rank counts as an empty micro-batch of its accumulation group (one process
+skips it); a comparator that fails on too many items stops the run after the round's collection, not at
+the first item past the limit. Refused under a launcher before any model loads: ``use_vllm``.
 """
 
 from __future__ import annotations
@@ -82,9 +93,28 @@ class DataParallel:
         """``value`` summed over the ranks."""
         return dist.all_reduce_sum([value])[0] if self.size > 1 else value
 
+    def totals(self, values: Sequence[float]) -> list[float]:
+        """Each of ``values`` summed over the ranks (one collective)."""
+        return dist.all_reduce_sum(values) if self.size > 1 else list(values)
+
     def gather(self, obj: T) -> list[T]:
         """Every rank's ``obj``, in rank order."""
         return dist.gather_objects(obj) if self.size > 1 else [obj]
+
+    def barrier(self) -> None:
+        """Wait for every rank (e.g. until rank 0 has written a file the others read)."""
+        dist.barrier()
+
+    def row_offsets(self, counts: Sequence[int]) -> list[tuple[int, int]]:
+        """Per level (a multi-turn episode's turn), ``(rows of every rank, where this rank's start)`` from this
+        rank's row ``counts`` per level: the rows of ranks 0..N-1, concatenated in rank order, are the level's
+        rows (a rank whose episodes ended earlier has none at the later levels)."""
+        if self.size == 1:
+            return [(int(c), 0) for c in counts]
+        parts = self.gather([int(c) for c in counts])
+        levels = max(len(part) for part in parts)
+        table = [[part[t] if t < len(part) else 0 for part in parts] for t in range(levels)]
+        return [(sum(row), sum(row[: self.rank])) for row in table]
 
     def rank_zero_writes(self, write: Callable[[], T], result: T) -> T:
         """Rank 0 runs ``write`` (and returns its result); the others wait for it and return ``result``."""

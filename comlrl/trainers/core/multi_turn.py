@@ -236,32 +236,43 @@ def train_multi_turn_epoch(
 ) -> None:
     """One multi-turn pass of :class:`~comlrl.trainers.core.policy_learning.PolicyLearner` over ``items`` from
     buffer ``start_buffer``: per buffer of ``rollout_buffer_size`` items, play its episodes (trees or
-    trajectories), then update turn by turn (turn 1 first), ``train_batch_size`` nodes (turns) per update."""
+    trajectories), then update turn by turn (turn 1 first), ``train_batch_size`` nodes (turns) per update.
+    Data parallel: each rank plays its shard of the buffer's items and trains on the rows it holds of each
+    global update batch (:meth:`~comlrl.trainers.core.data_parallel.DataParallel.row_offsets`)."""
     trainer, args = learner.trainer, learner.args
     stream, buffer, batch = f"rl/{round_index}", args.rollout_buffer_size, args.train_batch_size
     with trainer.progress_bar(total=len(items), initial=start_buffer * buffer, desc=desc, unit="item") as bar:
         for start in range(start_buffer * buffer, len(items), buffer):
-            chunk = list(items[start : start + buffer])
-            indices = list(range(start, start + len(chunk)))
-            if learner.algorithm in ("iac", "maac"):
+            stop = min(start + buffer, len(items))
+            indices = trainer.data_parallel.shard(range(start, stop))
+            chunk = [items[i] for i in indices]
+            if not indices:
+                levels = []
+            elif learner.algorithm in ("iac", "maac"):
                 levels = _trajectory_levels(learner, chunk, indices, stream=stream, step=epoch)
             else:
                 roots = build_trees(trainer, chunk, indices, n=args.num_generations, stream=stream, step=epoch)
                 levels = [_tree_level(trainer, nodes) for nodes in tree_nodes_by_turn(roots)]
-            for turn, level in enumerate(levels):
-                for first in range(0, len(level.samples), batch):
-                    part = slice(first, first + batch)
+            counts = [len(level.samples) for level in levels]
+            for turn, (total, offset) in enumerate(trainer.data_parallel.row_offsets(counts)):
+                count = counts[turn] if turn < len(counts) else 0
+                for first in range(0, total, batch):
                     trainer._maybe_evaluate()
+                    lo, hi = max(first - offset, 0), min(first + batch - offset, count)
+                    if lo >= hi:  # data parallel: none of this batch's rows is this rank's
+                        trainer.idle_update()
+                        continue
+                    level, part = levels[turn], slice(lo, hi)
                     learner.training_step(
                         level.samples[part], level.rewards[part],
-                        where=f"round {round_index}, epoch {epoch}, turn {turn + 1}, items from {indices[0]}",
+                        where=f"round {round_index}, epoch {epoch}, turn {turn + 1}, items from {start}",
                         turn=turn,
                         agent_returns=[returns[part] for returns in level.agent_returns],
                         old_values=None if level.old_values is None else [v[part] for v in level.old_values],
                         env_steps=sum(level.env_steps[part]),
                     )
             learner.buffer_done(start // buffer + 1)
-            bar.update(len(chunk))
+            bar.update(stop - start)
 
 
 @dataclass

@@ -38,11 +38,6 @@ class OnlineRLTrainer(MultiAgentTrainerBase):
             PolicyLearner(self, critic_model=critic_model, critics=critics, metrics_callback=metrics_callback)
         )
 
-    def data_parallel_refusal(self, args: Any) -> str | None:
-        if int(args.num_turns) > 1:
-            return "multi-turn episodes, num_turns > 1"
-        return super().data_parallel_refusal(args)
-
     def _accept_external_transition(self, transition: Any, args: Any) -> Any:
         """Multi-turn episodes (``num_turns > 1``) need the transition that writes the next turn's prompts
         (the public rule and message); a single-turn run keeps one it is given, unused."""

@@ -273,8 +273,8 @@ class PolicyLearner(TrainerPart):
         args, trainer = self.args, self.trainer
         where = f"update {trainer.updates_seen + 1} ({where})"
         kept = self._finite_items(samples, rewards, where, agent_returns)
-        if not kept:
-            return None
+        if not kept:  # data parallel: this rank still joins the other ranks' micro-batch, with no rows
+            return trainer.idle_update() if trainer.data_parallel.size > 1 else None
         samples, rewards = [samples[i] for i in kept], [list(rewards[i]) for i in kept]
         num_items, k = len(samples), len(samples[0].candidates[0])
         flat = lambda rows: torch.tensor([float(r) for i in kept for r in rows[i]], dtype=torch.float32)  # noqa: E731

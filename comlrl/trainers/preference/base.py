@@ -149,11 +149,6 @@ class PreferenceTrainerBase(MultiAgentTrainerBase):
         first round and for the base trainers."""
         return self.rounds.last_stats
 
-    def data_parallel_refusal(self, args: Any) -> str | None:
-        if self.rounds_class is not SingleCollection:
-            return "the iterative comparison rounds"
-        return super().data_parallel_refusal(args)
-
     def reset_counters(self) -> None:
         """Zero the run's counters (a fresh ``train()``)."""
         self.pairs_built = 0

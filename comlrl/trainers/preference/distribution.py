@@ -53,8 +53,11 @@ def write_reward_distribution(
     pairs: Sequence[PreferencePair],
     low: float,
     high: float,
+    *,
+    write: bool = True,
 ) -> dict[str, float]:
-    """Write ``directory/iteration_NNNN.json`` for one round and return the metrics logged with it."""
+    """Write ``directory/iteration_NNNN.json`` for one round (unless ``write`` is False: a data-parallel rank
+    other than 0) and return the metrics logged with it."""
     edges = [low + (high - low) * i / NUM_REWARD_BINS for i in range(NUM_REWARD_BINS + 1)]
 
     def side(values: Sequence[float]) -> dict:
@@ -77,7 +80,8 @@ def write_reward_distribution(
         "candidate": {"target": side(current_raw), "comparator": side(comparator_raw)},
         "selected": {"target": side(selected_target), "comparator": side(selected_comparator)},
     }
-    atomic_write_json(Path(directory) / f"iteration_{round_index:04d}.json", payload)
+    if write:
+        atomic_write_json(Path(directory) / f"iteration_{round_index:04d}.json", payload)
     out = {}
     for ns, key in (
         ("iter/reward_distribution", "candidate"),

@@ -124,9 +124,6 @@ class MARLHFTrainer(PreferenceTrainerBase):
             PolicyLearner(self, critic_model=critic_model, critics=critics, metrics_callback=metrics_callback)
         )
 
-    def data_parallel_refusal(self, args: Any) -> str | None:
-        return super().data_parallel_refusal(args) or "the reward-model stage"
-
     @property
     def critics(self) -> list[Any]:
         """The RL stage's critics (maac / iac), persisting across epochs and rounds."""
@@ -186,7 +183,8 @@ class MARLHFTrainer(PreferenceTrainerBase):
         warm = bool(getattr(args, "reward_warm_start", False)) and self.reward_model is not None
         model = self.reward_model if warm else self.new_reward_model(round_index)
         metrics = fit_reward_model_from_config(
-            model, pairs, args, seed=derive_seed(args.seed, "reward_model", "fit", round_index)
+            model, pairs, args, seed=derive_seed(args.seed, "reward_model", "fit", round_index),
+            data_parallel=self.data_parallel,  # under a launcher each rank fits on its shard of every batch
         )
         model.eval()
         self.reward_model = model

@@ -211,7 +211,9 @@ class PreferenceReplayBuffer:
     """Stores each round's pairs as files and samples the training pairs of the round just added.
 
     The buffer keeps an index of rounds, not their pairs. ``resume=True`` allows a folder that already
-    holds round files, for a buffer about to be restored with :meth:`load_state_dict`.
+    holds round files, for a buffer about to be restored with :meth:`load_state_dict`. ``write=False``: another
+    process writes the round files (rank 0 of a data-parallel run); this buffer keeps the same index and
+    generator, so it draws the same sample, reading the records from the files that process wrote.
     """
 
     def __init__(
@@ -224,6 +226,7 @@ class PreferenceReplayBuffer:
         seed: int = 0,
         *,
         resume: bool = False,
+        write: bool = True,
     ) -> None:
         options = validate_replay_options(mode, k, lam, sample_size)
         if isinstance(seed, bool) or not isinstance(seed, Integral) or seed < 0:
@@ -234,8 +237,9 @@ class PreferenceReplayBuffer:
         self.lam = options.lam
         self.sample_size = options.sample_size
         self.seed = int(seed)
+        self.write = bool(write)
         existing = list_round_files(self.replay_dir)
-        if existing and not resume:
+        if existing and not resume and self.write:
             raise FileExistsError(
                 f"`preference_replay_dir` {self.replay_dir} already holds round files ({existing[0].name}"
                 f"{', ...' if len(existing) > 1 else ''}) from another run; resume from a checkpoint instead, "
@@ -261,16 +265,18 @@ class PreferenceReplayBuffer:
         return out
 
     def add_round(self, pairs: Sequence[PreferencePair]) -> Path:
-        """Write the next round (``iteration_NNNN.json`` and its sidecar) and make it current."""
+        """Write the next round (``iteration_NNNN.json`` and its sidecar; ``write=False``: only index it) and make
+        it current."""
         iteration = len(self._rounds) + 1
         path = self.replay_dir / round_file_name(iteration)
-        if path.exists() and not self._restored:
+        if path.exists() and not self._restored and self.write:
             raise FileExistsError(
                 f"`preference_replay_dir` {self.replay_dir} already holds {path.name}, which this buffer did "
                 "not write; resume from a checkpoint (load_state_dict) instead, or choose another folder"
             )
         pairs = list(pairs)
-        write_round(path, iteration, pairs)
+        if self.write:
+            write_round(path, iteration, pairs)
         self._files.pop(path.name, None)
         self._rounds.append(ReplayRound(iteration=iteration, file=path.name, num_pairs=len(pairs)))
         self._current_pairs = pairs

@@ -66,6 +66,7 @@ from comlrl.trainers.core.models import hidden_size, last_token_index
 from comlrl.trainers.core.nonfinite import SETTING, NonFiniteError
 from comlrl.trainers.core.optimization import GradientSteps, accumulated_steps
 from comlrl.trainers.core.validation import check_choice, check_int
+from comlrl.trainers.preference.reward_oracle import RewardModelOracle, truncation_message
 
 logger = logging.getLogger(__name__)
 
@@ -211,11 +212,6 @@ def format_joint_text(prompts: Sequence[str], responses: Sequence[str]) -> str:
         for k, (prompt, response) in enumerate(zip(prompts, responses))
     ]
     return JOINT_TEXT_HEADER + AGENT_SEPARATOR.join(blocks)
-
-
-def truncation_message(truncated: int, total: int) -> str:
-    """The log line for cut joint texts."""
-    return f"reward model input truncated for {truncated} of {total} texts (reward_max_length)"
 
 
 def split_pairs(pairs: Sequence[Any], eval_fraction: float, seed: int) -> tuple[list[Any], list[Any]]:
@@ -665,6 +661,7 @@ def fit_reward_model(
     max_nonfinite_losses_in_a_row: int = 10,
     on_step: Callable[[dict[str, float]], None] | None = None,
     training: Any = None,
+    data_parallel: Any = None,
 ) -> dict[str, float]:
     """Fit ``model`` in place with the Bradley–Terry loss; return the metrics.
 
@@ -680,6 +677,9 @@ def fit_reward_model(
     trainer's config): gradient accumulation over consecutive batches of an epoch, its LR schedule over the
     fit's optimizer steps, clipping (``max_grad_norm`` here wins) and bf16 / fp16 autocast; ``save_steps``
     does not apply (a fit is redone on resume). ``reward_model/steps`` counts the batches that went through.
+    ``data_parallel``: the trainer's :class:`~comlrl.trainers.core.data_parallel.DataParallel`; every rank
+    walks the same shuffled batches and fits on its shard of each (gradients and rows summed over the ranks
+    before each step, a batch non-finite on one rank skipped on all), and the metrics are every rank's.
 
     Returns ``reward_model/loss`` and ``reward_model/accuracy`` (the last epoch, each pair scored before
     its update, as TRL reports them), ``reward_model/eval_loss`` and ``reward_model/eval_accuracy`` (held
@@ -713,6 +713,8 @@ def fit_reward_model(
     num_pairs = len(winners)
     steps_per_epoch = math.ceil(num_pairs / batch_size)
     updates = GradientSteps(training, {"reward_model": optimizer}, device_type=model.device.type)
+    if data_parallel is not None:
+        data_parallel.attach(updates)
     updates.save_steps = None
     if max_grad_norm is not None:
         updates.max_grad_norm = float(max_grad_norm) or None
@@ -726,14 +728,24 @@ def fit_reward_model(
         order = torch.randperm(num_pairs, generator=generator).tolist()
         for start in range(0, num_pairs, batch_size):
             rows = order[start : start + batch_size]
+            rows = data_parallel.shard(rows) if data_parallel is not None else rows  # this rank's part
             updates.start_micro_batch()
-            with updates.autocast():
-                chosen, rejected = model.pair_rewards(
-                    [winners.input_ids[i] for i in rows], [losers.input_ids[i] for i in rows]
-                )
-            chosen, rejected = chosen.float(), rejected.float()
-            loss = bradley_terry_loss(chosen, rejected)
-            bad = nonfinite_names({"winner rewards": chosen, "loser rewards": rejected, "Bradley–Terry loss": loss})
+            bad: list[str] = []
+            if rows:
+                with updates.autocast():
+                    chosen, rejected = model.pair_rewards(
+                        [winners.input_ids[i] for i in rows], [losers.input_ids[i] for i in rows]
+                    )
+                chosen, rejected = chosen.float(), rejected.float()
+                loss = bradley_terry_loss(chosen, rejected)
+                bad = nonfinite_names({"winner rewards": chosen, "loser rewards": rejected, "Bradley–Terry loss": loss})
+            if bad:
+                updates.discard_micro_batch()
+            else:
+                if rows:
+                    updates.backward(loss, len(rows))
+                if not updates.end_micro_batch(len(rows)):  # data parallel: another rank's part was non-finite
+                    bad = ["reward on another rank"]
             if bad:
                 skipped += 1
                 in_a_row += 1
@@ -751,20 +763,19 @@ def fit_reward_model(
                         f"reward model fitting stopped: {skipped} non-finite losses in "
                         f"{steps + skipped} steps exceed `max_nonfinite_fraction` ({max_nonfinite_fraction})"
                     )
-                updates.discard_micro_batch()
                 continue
             in_a_row = 0
-            updates.backward(loss, len(rows))
-            updates.end_micro_batch(len(rows))
             steps += 1
-            epoch_loss += loss.item() * len(rows)
-            epoch_correct += (chosen > rejected).sum().item()
-            epoch_seen += len(rows)
+            part = [loss.item() * len(rows), (chosen > rejected).sum().item(), len(rows)] if rows else [0.0] * 3
+            step_loss, step_correct, step_seen = data_parallel.totals(part) if data_parallel is not None else part
+            epoch_loss += step_loss
+            epoch_correct += step_correct
+            epoch_seen += step_seen
             if on_step is not None:
                 on_step(
                     {
-                        "reward_model/step_loss": loss.item(),
-                        "reward_model/step_accuracy": pairwise_accuracy(chosen.detach(), rejected.detach()),
+                        "reward_model/step_loss": step_loss / step_seen,
+                        "reward_model/step_accuracy": step_correct / step_seen,
                         "reward_model/step": float(steps),
                     }
                 )
@@ -814,87 +825,3 @@ def fit_reward_model_from_config(
         seed=seed,
         **kwargs,
     )
-
-
-# --------------------------------------------------------------------------------------------------
-# The frozen reward model as an oracle
-# --------------------------------------------------------------------------------------------------
-
-
-class RewardModelOracle:
-    """A batched reward function (see :mod:`comlrl.trainers.core.oracle`) backed by a frozen model.
-
-    ``Oracle(RewardModelOracle(model, agent_prompts=...))`` scores all K joint candidates of an item in
-    one no_grad forward. The oracle convention passes only agent 0's prompt, so every agent's prompt
-    comes from ``agent_prompts(item)`` (the trainer's per-agent formatters) when given; otherwise each
-    ``prompts`` entry must be a per-agent list (or, for one agent, a string). ``batch_size`` bounds the
-    texts per forward (None: one forward per call). Cut texts are counted in ``truncated_texts`` of
-    ``scored_texts`` and logged once.
-    """
-
-    batched_reward = True
-
-    def __init__(
-        self,
-        model: JointRewardModel,
-        *,
-        agent_prompts: Callable[[Any], Sequence[str]] | None = None,
-        batch_size: int | None = None,
-    ) -> None:
-        if batch_size is not None:
-            check_int("batch_size", batch_size, 1, spell_out=True)
-        if agent_prompts is not None and not callable(agent_prompts):
-            raise TypeError(f"`agent_prompts` must be callable or None, got {type(agent_prompts).__name__}")
-        self.model = model
-        self.model.eval()
-        self.agent_prompts = agent_prompts
-        self.batch_size = batch_size
-        self.truncated_texts = 0
-        self.scored_texts = 0
-        self._warned = False
-
-    def score_item(self, prompts: Sequence[str], completions: Sequence[Sequence[str]]) -> list[float]:
-        """Scores of the K joint candidates of one item: ``prompts`` per agent, ``completions[agent][k]``."""
-        if len(prompts) != len(completions):
-            raise ValueError(f"{len(prompts)} prompts for {len(completions)} agents' completions")
-        num = len(completions[0]) if completions else 0
-        return self.score_joint([list(prompts)] * num, [[agent[k] for agent in completions] for k in range(num)])
-
-    def score_joint(self, prompts: Sequence[Sequence[str]], responses: Sequence[Sequence[str]]) -> list[float]:
-        """Scores of joint texts (per text, one prompt and one response per agent) under no_grad."""
-        if self.model.training:
-            self.model.eval()
-        scores, truncated = self.model.score(prompts, responses, batch_size=self.batch_size)
-        self.scored_texts += len(prompts)
-        self.truncated_texts += truncated
-        if truncated and not self._warned:
-            self._warned = True
-            logger.warning(truncation_message(self.truncated_texts, self.scored_texts) + " (oracle; logged once)")
-        return scores.tolist()
-
-    def _prompts_for(self, k: int, num_agents: int, prompts: Sequence[Any] | None, items: Sequence[Any] | None):
-        if self.agent_prompts is not None and items is not None:
-            found = list(self.agent_prompts(items[k]))
-        elif prompts is not None and not isinstance(prompts[k], str):
-            found = list(prompts[k])
-        elif prompts is not None and num_agents == 1:
-            found = [prompts[k]]
-        else:
-            raise ValueError(
-                "RewardModelOracle needs every agent's prompt: pass `agent_prompts` (item -> one prompt per "
-                "agent) and call it with `batch_items`, or give each `prompts` entry as a per-agent list"
-            )
-        if len(found) != num_agents or not all(isinstance(p, str) for p in found):
-            raise ValueError(f"`agent_prompts` must give {num_agents} prompt strings (one per agent), got {found!r}")
-        return found
-
-    def __call__(
-        self, *completions: Sequence[str], prompts: Sequence[Any] | None = None, batch_items: Sequence[Any] | None = None
-    ) -> list[float]:
-        if not completions:
-            raise ValueError("RewardModelOracle needs one completion list per agent, got none")
-        num = len(completions[0])
-        if any(len(agent) != num for agent in completions):
-            raise ValueError("every agent needs the same number of completions")
-        per_text_prompts = [self._prompts_for(k, len(completions), prompts, batch_items) for k in range(num)]
-        return self.score_joint(per_text_prompts, [[agent[k] for agent in completions] for k in range(num)])

@@ -14,6 +14,10 @@ Round r of ``num_iterations`` (1-based), top to bottom:
    model, then RL);
 5. ``comparator.end_round(r)``; a checkpoint may be written (``train(checkpoint_dir=...)``).
 
+Data parallel (:mod:`comlrl.trainers.core.data_parallel`): step 2 runs on each rank's shard of the items
+and every rank then takes all the pairs and counts in rank order; every rank holds the same replay buffer and
+draws the same sample in step 3 (rank 0 writes the round files, reward distributions and policy snapshots).
+
 A ``save_steps`` checkpoint inside a round (during step 4) keeps the round's training pairs (payload
 ``round_pairs``) and where learning stood (data cursor ``round_pairs``, ``epochs_done``, ``in_epoch``); a run
 resumed from it goes on with step 4 there, then step 5.
@@ -81,6 +85,19 @@ class RoundStats:
     comparator_processed: list[float] = field(default_factory=list)
     current_raw: list[float] = field(default_factory=list)
     comparator_raw: list[float] = field(default_factory=list)
+    last_error: str | None = None
+
+    @staticmethod
+    def merged(parts: list[RoundStats]) -> RoundStats:
+        """The stats of the ranks' shards of one round (in rank order) as one process would have counted them."""
+        out = RoundStats(items=parts[0].items)
+        for part in parts:
+            for name in ("failed_items", "unparsed", "ties", "current_wins", "comparisons"):
+                setattr(out, name, getattr(out, name) + getattr(part, name))
+            for name in ("current_processed", "comparator_processed", "current_raw", "comparator_raw"):
+                getattr(out, name).extend(getattr(part, name))
+            out.last_error = part.last_error or out.last_error
+        return out
 
 
 class PreferenceRounds(TrainerPart):
@@ -140,6 +157,7 @@ class PreferenceRounds(TrainerPart):
             sample_size=args.preference_replay_sample_size,
             seed=derive_seed(args.seed, "replay"),
             resume=resume,
+            write=self.trainer.data_parallel.main,  # data parallel: rank 0 writes, every rank draws the same
         )
 
     # ------------------------------------------------------------------------------------ the loop
@@ -153,8 +171,8 @@ class PreferenceRounds(TrainerPart):
         self.comparator  # noqa: B018
         if self.replay_buffer is None:
             self.replay_buffer = self._new_replay_buffer(resume=False)
-        if done == 0 and args.saves_policy_snapshots:
-            trainer.policy.save(Path(args.policy_checkpoint_dir) / "initial")
+        if done == 0 and args.saves_policy_snapshots and not self.round_in_progress:
+            self._save_policy_snapshot("initial")
         total = args.num_iterations
         with trainer.progress_bar(total=total, desc="Rounds", unit="round") as bar:
             bar.update(done)
@@ -187,6 +205,7 @@ class PreferenceRounds(TrainerPart):
         ensure_token_ids(pairs, trainer.tokenizers, append_eos=True)
         buffer = self.replay_buffer
         buffer.add_round(pairs)
+        trainer.data_parallel.barrier()  # rank 0 wrote the round: the other ranks' draws may read it
         train_pairs = buffer.sample()
         ensure_token_ids(train_pairs, trainer.tokenizers, append_eos=True)  # only files written elsewhere
         trainer.pairs_built += len(pairs)
@@ -216,6 +235,7 @@ class PreferenceRounds(TrainerPart):
                     pairs,
                     low,
                     high,
+                    write=trainer.data_parallel.main,
                 )
             )
         trainer._log(metrics)
@@ -250,10 +270,16 @@ class PreferenceRounds(TrainerPart):
         self.comparator.end_round(round_index)
         self.train_pairs = None
         if args.saves_policy_snapshots:
-            trainer.policy.save(Path(args.policy_checkpoint_dir) / f"iteration_{round_index:04d}")
+            self._save_policy_snapshot(f"iteration_{round_index:04d}")
+
+    def _save_policy_snapshot(self, name: str) -> None:
+        trainer = self.trainer
+        folder = Path(trainer.args.policy_checkpoint_dir) / name
+        trainer.data_parallel.rank_zero_writes(lambda: trainer.policy.save(folder), None)
 
     def collect_comparison_pairs(self, round_index: int) -> tuple[list[PreferencePair], RoundStats]:
-        """This round's pairs of current-vs-comparator candidates over every training item, in order."""
+        """This round's pairs of current-vs-comparator candidates over every training item, in order. Data
+        parallel: each rank compares its shard of the items, then every rank takes all the pairs and stats."""
         trainer, args = self.trainer, self.trainer.args
         items = trainer._require_train_items()
         comparator = self.comparator
@@ -261,13 +287,15 @@ class PreferenceRounds(TrainerPart):
         stats = RoundStats(items=len(items))
         limit = args.comparator_api_max_failure_rate * len(items)
         pairs: list[PreferencePair] = []
+        first, stop = trainer.data_parallel.bounds(len(items))
         batches = trainer.sample_batches(
-            items,
+            items[:stop],
             trainer.generation_batch_items,
             n=args.preference_num_candidates,
             stream="candidates",
             step=round_index,
             desc=f"Round {round_index} pairs",
+            start=first,
         )
         for chunk, indices, samples in batches:
             # Under centralized collaboration the comparator gets the role prompts and writes the joint
@@ -287,21 +315,22 @@ class PreferenceRounds(TrainerPart):
             for sample, output in zip(samples, outputs):
                 if output.error is not None:
                     stats.failed_items += 1
+                    stats.last_error = output.error
                     logger.warning(
                         "round %d, item %d: comparator failed (%s); item dropped",
                         round_index,
                         sample.item_index,
                         output.error,
                     )
-                    if stats.failed_items > limit:
-                        raise RuntimeError(
-                            f"round {round_index}: the comparator failed on {stats.failed_items} of "
-                            f"{len(items)} items, more than `comparator_api_max_failure_rate`="
-                            f"{args.comparator_api_max_failure_rate}; last error: {output.error}"
-                        )
+                    if trainer.data_parallel.size == 1:  # data parallel: checked once every rank is done
+                        _check_failures(stats, limit, round_index, args)
                     continue
                 stats.unparsed += int(output.num_unparsed)
                 pairs += self._item_pairs(sample, output, round_index, stats)
+        if trainer.data_parallel.size > 1:
+            parts = trainer.data_parallel.gather((pairs, stats))
+            pairs, stats = [p for part in parts for p in part[0]], RoundStats.merged([part[1] for part in parts])
+            _check_failures(stats, limit, round_index, args)
         return pairs, stats
 
     def _item_pairs(
@@ -399,14 +428,15 @@ class PreferenceRounds(TrainerPart):
             source = extra_dir(checkpoint, REPLAY_PAYLOAD)
         except FileNotFoundError:
             source = None
-        # The round files of this run beyond the checkpoint are about to be written again.
-        for path in list_round_files(replay_dir):
+        # The round files of this run beyond the checkpoint are about to be written again (data parallel:
+        # rank 0 restored them before the other ranks read them).
+        for path in list_round_files(replay_dir) if self.trainer.data_parallel.main else []:
             iteration = int(path.name[len("iteration_") : -len(".json")])
             if iteration > rounds_done or source is not None:
                 sidecar_path(path).unlink(missing_ok=True)
                 path.unlink()
         buffer = self._new_replay_buffer(resume=True)
-        if source is not None:
+        if source is not None and self.trainer.data_parallel.main:
             replay_dir.mkdir(parents=True, exist_ok=True)
             for path in sorted((source / "rounds").iterdir()):
                 shutil.copy2(path, replay_dir / path.name)
@@ -423,6 +453,15 @@ class PreferenceRounds(TrainerPart):
         if callable(load_files) and (folder / "files").exists():
             load_files(folder / "files")
         comparator.load_state_dict(_read_state(folder))
+
+
+def _check_failures(stats: RoundStats, limit: float, round_index: int, args: Any) -> None:
+    if stats.failed_items > limit:
+        raise RuntimeError(
+            f"round {round_index}: the comparator failed on {stats.failed_items} of {stats.items} items, more "
+            f"than `comparator_api_max_failure_rate`={args.comparator_api_max_failure_rate}; last error: "
+            f"{stats.last_error}"
+        )
 
 
 def _write_state(folder: Path, state: dict) -> None:
