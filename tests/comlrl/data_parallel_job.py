@@ -21,7 +21,9 @@ Scenarios (test-tiny model, 4 items, the same global batches in both launches):
   oracle once fitted (round 2), each round a reward-model fit (batches of 3 pairs, 2 epochs) then a MAGRPO
   stage (batches of 3 items);
 - ``multi_turn``: MAGRPO over 2 turns (K=2, aligned) with early termination, so the items' trees differ in
-  size (and so the ranks' rows per turn), update batches of 3 nodes.
+  size (and so the ranks' rows per turn), update batches of 3 nodes;
+- ``maac_multi_turn``: MAAC over 2 turns on 5 items (ranks play 3 and 2 trajectories), early termination,
+  advantages whitened over each global update batch of 3 turns.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from pathlib import Path
 import torch
 
 from comlrl import distributed as dist
+from comlrl.trainers.actor_critic import MAACConfig, MAACTrainer
 from comlrl.trainers.preference import (
     MADPOConfig,
     MADPOIterConfig,
@@ -85,6 +88,11 @@ def build(scenario: str, model_path: str, out: Path):
                             train_batch_size=3, early_termination_threshold=3.0)  # fmt: skip
         return MAGRPOTrainer(agent_model=model_path, num_agents=2, reward_func=reward, train_dataset=ITEMS, args=args,
                              external_transition=transition)  # fmt: skip
+    if scenario == "maac_multi_turn":
+        args = MAACConfig(**{**common, "num_train_epochs": 1}, num_turns=2, num_generations=1, rollout_buffer_size=5,
+                          train_batch_size=3, early_termination_threshold=3.0, advantage_normalization=True)  # fmt: skip
+        return MAACTrainer(agent_model=model_path, reward_func=reward, train_dataset=[*ITEMS, {"prompt": "Task 4: add."}],
+                           args=args, external_transition=transition)  # fmt: skip
     args = MAGRPOConfig(**common, num_turns=1, num_generations=3, rollout_buffer_size=4, train_batch_size=3,
                         lr_scheduler_type="cosine")  # fmt: skip
     return MAGRPOTrainer(agent_model=model_path, num_agents=2, reward_func=reward, train_dataset=ITEMS, args=args)

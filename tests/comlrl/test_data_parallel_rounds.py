@@ -1,8 +1,8 @@
 """Data-parallel iterative preference rounds, MARLHF's reward-model fit and RL stage, and multi-turn episodes
-(comlrl.trainers.core.data_parallel): two ranks under ``accelerate launch --multi_gpu --num_processes 2`` (gloo
+(trees; trajectories with advantages whitened over the global batch) (comlrl.trainers.core.data_parallel): two ranks under ``accelerate launch --multi_gpu --num_processes 2`` (gloo
 on CPU) against one process over the same global batches.
 
-One launch runs the ``madpo_iter``, ``marlhf_iter`` and ``multi_turn`` scenarios of ``data_parallel_job.py``
+One launch runs the ``madpo_iter``, ``marlhf_iter``, ``multi_turn`` and ``maac_multi_turn`` scenarios of ``data_parallel_job.py``
 (read its docstring) and, on two ranks, resumes MADPOIter from a checkpoint inside round 2; the one-process
 runs go in this process. Compared: the first optimizer step of each agent within a relative 1e-5 (the same
 samples, pairs and rows); every later step within a relative 2e-3 and the final weights within ``ATOL``
@@ -24,7 +24,7 @@ import torch
 from tests.comlrl import data_parallel_job as job
 
 ATOL = 0.2 * job.LR
-SCENARIOS = ["madpo_iter", "marlhf_iter", "multi_turn"]
+SCENARIOS = ["madpo_iter", "marlhf_iter", "multi_turn", "maac_multi_turn"]
 
 
 @pytest.fixture(scope="module")

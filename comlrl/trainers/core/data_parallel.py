@@ -27,10 +27,12 @@ What a run on N processes does, and why it equals one process over the same batc
   and ``save_model`` (the others wait); a checkpoint records the world size, and resuming on another is an
   error naming both.
 
-Differences from one process: with ``advantage_normalization`` the actor-critic trainers whiten each rank's
-part of a batch (the MAGRPO family's groups are per item, so theirs do not change); a batch whose every item
-has a non-finite reward on every rank counts as an empty micro-batch of its accumulation group (one process
-skips it); a comparator that fails on too many items stops the run after the round's collection, not at
+With ``advantage_normalization`` the actor-critic trainers whiten each agent's advantages over the global
+batch (:meth:`DataParallel.whiten`: the mean and variance of every rank's rows); the MAGRPO family's groups are
+per item, so theirs need no collective.
+
+Differences from one process: a batch whose every item has a non-finite reward on every rank counts as an
+empty micro-batch of its accumulation group (one process skips it); a comparator that fails on too many items stops the run after the round's collection, not at
 the first item past the limit. Refused under a launcher before any model loads: ``use_vllm``.
 """
 
@@ -39,7 +41,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+import torch
+
 from comlrl import distributed as dist
+from comlrl.rl.masking import masked_whiten
 
 __all__ = ["DataParallel"]
 
@@ -56,6 +61,7 @@ class DataParallel:
     def __init__(self, owner: str, refusal: str | None = None) -> None:
         self.size = dist.init_distributed()
         self.rank = dist.rank()
+        self._whitened = 0  # whitenings (:meth:`whiten`) of the current micro-batch on this rank
         if self.size > 1 and refusal:
             raise ValueError(
                 f"{owner} has no data-parallel mode yet ({refusal}), and this run has world size {self.size} "
@@ -67,9 +73,12 @@ class DataParallel:
         """Whether this rank writes files (rank 0)."""
         return self.rank == 0
 
-    def attach(self, steps: Any) -> None:
+    def attach(self, steps: Any, *, whitenings: int = 0) -> None:
         """Make ``steps`` (:class:`~comlrl.trainers.core.optimization.GradientSteps`) sum gradients and rows over
-        the ranks and drop a micro-batch any rank skipped."""
+        the ranks and drop a micro-batch any rank skipped. ``whitenings``: the :meth:`whiten` calls each of its
+        micro-batches makes (one per agent with actor-critic ``advantage_normalization``); a rank that made
+        fewer (no rows, or a non-finite agent that ended its micro-batch early) joins the missing ones with
+        nothing, so every rank makes the same collectives."""
         if self.size == 1:
             return
 
@@ -77,8 +86,30 @@ class DataParallel:
             dist.all_reduce_gradients(params)
             return dist.all_reduce_sum([rows])[0]
 
+        def any_rank(skipped: bool) -> bool:
+            if whitenings:
+                for _ in range(whitenings - self._whitened):
+                    dist.all_reduce_sum([0.0, 0.0, 0.0])
+                self._whitened = 0
+            return dist.all_reduce_max(int(skipped)) > 0
+
         steps.all_reduce = all_reduce
-        steps.any_rank = lambda skipped: dist.all_reduce_max(int(skipped)) > 0
+        steps.any_rank = any_rank
+
+    def whiten(self, values: torch.Tensor) -> torch.Tensor:
+        """:func:`~comlrl.rl.masked_whiten` of a batch's ``values`` over every rank's rows together (their mean
+        and unbiased variance, one collective); fewer than two rows in all are kept raw (nothing to whiten
+        against), as one process keeps one row."""
+        if self.size == 1:
+            return masked_whiten(values) if values.numel() > 1 else values
+        self._whitened += 1
+        flat = values.detach().double().reshape(-1)
+        count, total, squares = dist.all_reduce_sum([flat.numel(), float(flat.sum()), float((flat * flat).sum())])
+        if count <= 1:
+            return values
+        mean = total / count
+        variance = max(squares - count * mean * mean, 0.0) / (count - 1)
+        return (values - mean) * (variance + 1e-8) ** -0.5
 
     def shard(self, rows: Sequence[T]) -> list[T]:
         """This rank's contiguous part of a batch's ``rows`` (rank 0's is empty only when ``rows`` is)."""

@@ -64,7 +64,6 @@ from comlrl.rl import (
     finite_group_mask,
     group_stats,
     is_finite,
-    masked_whiten,
     nonfinite_names,
     policy_gradient_loss,
     value_loss,
@@ -173,6 +172,7 @@ class PolicyLearner(TrainerPart):
             ]
             for c, optimizer in enumerate(self.critic_optimizers):  # stepped, clipped, scheduled with the agents
                 trainer.gradient_steps.add_optimizer(f"critic_{c}", optimizer)
+            trainer.data_parallel.attach(trainer.gradient_steps, whitenings=trainer.num_agents if args.advantage_normalization else 0)
         elif critic_model is not None or critics is not None:
             raise ValueError(
                 f"`critic_model` / `critics` need an actor-critic backend (maac or iac); "
@@ -402,8 +402,8 @@ class PolicyLearner(TrainerPart):
         else:
             base = critic_advantages(returns, values.detach().to(returns.device), args.critic_type, groups)
         advantages = base - coef * kl.detach().to(base.dtype)
-        # One row has nothing to whiten against (it would become 0): kept raw, as the public library does.
-        return masked_whiten(advantages) if args.advantage_normalization and advantages.numel() > 1 else advantages
+        # Whitened over the global batch's rows; one row has nothing to whiten against: kept raw (the public rule).
+        return self.trainer.data_parallel.whiten(advantages) if args.advantage_normalization else advantages
 
     def _joint_values(self, samples: Sequence[ItemSample], k: int) -> torch.Tensor:
         critic = self.critics[0]
