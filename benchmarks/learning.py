@@ -843,9 +843,12 @@ class Job:
 def run_jobs(jobs: Sequence[Job], parallel: int, threads: int, logs: Path) -> dict[str, int]:
     """Run pending jobs as subprocesses, at most ``parallel`` at once, each after the jobs it needs."""
     logs.mkdir(parents=True, exist_ok=True)
-    pending = [j for j in jobs if not j.done()]
-    for j in jobs:
-        if j not in pending:
+    pending: list[Job] = []
+    for j in jobs:  # a finished job waits for a job it needs that runs again (a retrained warm start), then is
+        # checked again: a cell counts only from a warm start with its numbers
+        if not j.done() or any(n in {p.name for p in pending} for n in j.needs):
+            pending.append(j)
+        else:
             print(f"[skip] {j.name}: finished ({_display(j.result)})", flush=True)
     finished: set[str] = {j.name for j in jobs if j not in pending}
     failed: set[str] = set()

@@ -237,3 +237,35 @@ def test_preference_cells_read_every_at_grpo_stage_and_compare_with_at_grpo_l1_p
     rows, _ = learning.build_table([0, 1], {0: {"start_multi": 0.2, "start_single": 0.1}}, cells,
                                    ["at_grpo_l1", "madpo_trees_l1", "hybrid_l1"])
     assert set(learning.target_checks(rows)) == {"at_grpo_l1"}  # the targets are AT-GRPO's
+
+
+def test_a_finished_cell_is_checked_again_after_its_warm_start_ran_again(tmp_path, monkeypatch):
+    warm, cell = tmp_path / "warm.json", tmp_path / "cell.json"
+    warm.write_text(json.dumps({"settings_key": "old", "start_multi": 0.2}))
+    cell.write_text(json.dumps({"settings_key": "c"}))
+    ran = []
+
+    class Proc:  # the warm start "reruns" and its numbers change; nothing else runs
+        pid = 0
+
+        def __init__(self, cmd, **kwargs):
+            ran.append(cmd[cmd.index("--seed") + 1] if "--seed" in cmd else cmd)
+            if "warm_start" in cmd:
+                warm.write_text(json.dumps({"settings_key": "w", "start_multi": 0.3}))
+            else:
+                cell.write_text(json.dumps({"settings_key": "c-now", "rerun": True}))
+
+        def poll(self):
+            return 0
+
+    monkeypatch.setattr(learning.subprocess, "Popen", Proc)
+    monkeypatch.setattr(learning.time, "sleep", lambda s: None)
+    same_start = lambda record: "c-now" if json.loads(warm.read_text())["start_multi"] == 0.2 else None  # noqa: E731
+    jobs = [learning.Job("warm", ["--job", "warm_start", "--seed", "0"], warm, "w"),
+            learning.Job("cell", ["--job", "cell", "--seed", "0"], cell, "c-now", needs=["warm"], rekey=same_start)]
+    assert jobs[1].done() and not jobs[0].done()
+    learning.run_jobs(jobs, 1, 1, tmp_path / "logs")
+    assert ran == ["0", "0"] and json.loads(cell.read_text())["rerun"]  # the cell ran after its warm start changed
+    ran.clear()
+    learning.run_jobs(jobs, 1, 1, tmp_path / "logs")
+    assert ran == []  # both finished now
