@@ -99,7 +99,7 @@ def plan(args: argparse.Namespace) -> int:
     kind = "gpu" if str(config["model"]["device"]).startswith("cuda") else "cpu"
     capacity = None if args.device_memory is None else {kind: int(args.device_memory * 2**30)}
     try:
-        result = plan_run(config, capacity=capacity, resources=args.resources)
+        result = plan_run(config, capacity=capacity, resources=args.resources, fsdp_shards=args.fsdp)
     except PlacementError as error:
         print(f"pettingllms: error: does not fit: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -107,7 +107,8 @@ def plan(args: argparse.Namespace) -> int:
         print(result.to_json())
     else:
         sizes = result.sizes
-        print(f"plan of {args.config} (run.backend {result.backend}, model {sizes['model']}: "
+        fsdp = f", one rank of FSDP over {sizes['fsdp_shards']}" if sizes["fsdp_shards"] > 1 else ""
+        print(f"plan of {args.config} (run.backend {result.backend}{fsdp}, model {sizes['model']}: "
               f"{sizes['parameters']:,} parameters, {sizes['dtype_bytes']} bytes each; prompts <= "
               f"{sizes['prompt_tokens']} tokens, completions <= {sizes['completion_tokens']})")
         if result.placement is not None:
@@ -132,6 +133,10 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--resources", type=_resources, default=None, metavar="CPU=N,GPU=M",
         help="check the Ray placement against these cluster resources instead of this machine's",
+    )
+    parser.add_argument(
+        "--fsdp", type=int, default=1, metavar="N",
+        help="plan one rank of an FSDP launch over N processes (accelerate's FSDP config / ACCELERATE_USE_FSDP=true)",
     )
 
 

@@ -55,7 +55,9 @@ ConfigError before the run starts. Rank 0 alone writes and removes files in the 
 preparation, ``config.yaml``, ``pipeline_state.json``, ``metrics.jsonl``, every stage's files,
 ``policies/``, ``plots/``) and prints progress and the summary; the other ranks wait for it at a barrier
 where they read what it wrote (after the folder is prepared, after each stage). A resume must run on the
-world size the interrupted run had (an RL stage's checkpoint records it).
+world size the interrupted run had (an RL stage's checkpoint records it). FSDP (accelerate's config with
+``distributed_type: FSDP``, or ``ACCELERATE_USE_FSDP=true`` under torchrun) shards those stages' updates
+(:mod:`pettingllms.trainer.fsdp`); an L2 (LoRA) config under it is refused here.
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ from pettingllms.stages.marlhf import marlhf_settings, run_marlhf
 from pettingllms.stages.preference import run_preference_stage
 from pettingllms.stages.sft import run_sft, sft_settings
 from pettingllms.trainer import distributed as dist
+from pettingllms.trainer import fsdp
 from pettingllms.workers.stage import RAY_STAGES
 
 __all__ = [
@@ -202,6 +205,11 @@ def check_pipeline(config: Mapping[str, Any]) -> dict[str, Any]:
     validate_config(config)
     check_run_inputs(config)
     size = dist.world_size()
+    try:  # FSDP (accelerate's config / ACCELERATE_USE_FSDP): a launch of N > 1 processes, no LoRA policies
+        if fsdp.fsdp_for_world(size) is not None:
+            fsdp.check_level(config["policy"]["level"], "policy.level")
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
     if size > 1 and config["run"].get("backend", "local") == "ray":
         raise ConfigError(
             f"`run.backend` is 'ray' but this run has world size {size} (accelerate launch / torchrun): the Ray "

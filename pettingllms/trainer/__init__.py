@@ -4,7 +4,8 @@ pure pieces in :mod:`~pettingllms.trainer.grouping`, :mod:`~pettingllms.trainer.
 :mod:`~pettingllms.trainer.micro_batches`, :mod:`~pettingllms.trainer.losses`,
 :mod:`~pettingllms.trainer.metrics` and :mod:`~pettingllms.trainer.at_grpo_setup`), one policy's update
 (:mod:`pettingllms.trainer.policy_update`) and the data-parallel collectives under ``accelerate launch`` /
-``torchrun`` (:mod:`pettingllms.trainer.distributed`).
+``torchrun`` (:mod:`pettingllms.trainer.distributed`), with FSDP sharding of the updates
+(:mod:`pettingllms.trainer.fsdp`).
 
 Names load on first access, so ``import pettingllms.trainer`` stays light (no torch until used).
 """

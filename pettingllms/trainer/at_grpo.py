@@ -45,8 +45,10 @@ optimizer steps, so a step equals the one-process step over the same global rows
 the gathered samples (what one process logs, except ``generate_calls``: the sum of the ranks' calls); rank 0
 alone writes ``metrics.jsonl``, transcripts, checkpoints and ``save_model`` (every rank calls them); a
 checkpoint records ``world_size`` and resuming it on another world size is an error. ``problems_per_step``
-must be at least the world size. Every rank holds a whole copy of each policy: FSDP sharding, for models
-that do not fit one device, is not built (docs/scaling.md).
+must be at least the world size. Every rank holds a whole copy of each policy for its rollouts; with FSDP
+selected (accelerate's config, or ``ACCELERATE_USE_FSDP=true`` under torchrun; :mod:`pettingllms.trainer.fsdp`)
+each policy's update, AdamW states and reference are sharded over the ranks and the checkpoints still hold
+the one-process optimizer states.
 
 Output folder, metrics logger, checkpoints (the layout of :mod:`comlrl.checkpoint`), resume lookup,
 ``save_model`` and the progress bar come from :class:`comlrl.trainers.core.trainer_core.TrainerCore`, as for
@@ -104,6 +106,7 @@ from pettingllms.execution import (
     tensorize,
 )
 from pettingllms.trainer import distributed as dist
+from pettingllms.trainer import fsdp
 from pettingllms.trainer.at_grpo_config import ATGRPOConfig
 from pettingllms.trainer.at_grpo_setup import check_engine, env_config_for, policy_config_for, workflow_order
 from pettingllms.trainer.grouping import MemberTable, at_grpo_group_key, member_table, sample_advantages
@@ -180,6 +183,11 @@ class ATGRPOTrainer(TrainerCore):
         if not isinstance(config, ATGRPOConfig):
             raise TypeError(f"`config` must be an ATGRPOConfig, got {type(config).__name__}")
         self.world_size = dist.init_distributed()
+        self.fsdp = fsdp.fsdp_for_world(self.world_size)  # None: every rank trains whole models
+        if self.fsdp is not None and updaters is not None:
+            raise ValueError(f"`updaters` (remote update workers) cannot be sharded with FSDP (`{fsdp.ENV_SWITCH}`)")
+        if self.fsdp is not None and policy is None:
+            fsdp.check_level(config.policy_level)  # L2 refused before any model loads
         if config.problems_per_step < self.world_size:
             raise ValueError(
                 f"`problems_per_step` ({config.problems_per_step}) must be >= the world size ({self.world_size}): "
@@ -190,6 +198,8 @@ class ATGRPOTrainer(TrainerCore):
         if policy is None:
             policy = build_policy(policy_config_for(config, model), workflow_order(config, env_name, env_config))
         self.policy = policy
+        if self.fsdp is not None:
+            fsdp.check_policy(policy)
         if engine is None:
             engine = RolloutEngine.from_registry(
                 env_name,
@@ -211,9 +221,12 @@ class ATGRPOTrainer(TrainerCore):
             raise ValueError(f"the engine routes to policies {unknown} that `policy` does not hold: {policy.policies}")
 
         # AT-GRPO's reference: the initial weights, or a LoRA policy's base with its adapters disabled.
-        self.reference = ReferencePolicy(policy, adapters="disabled") if config.beta > 0 and updaters is None else None
+        self.reference = None
+        if config.beta > 0 and updaters is None:
+            sharded = self.fsdp is not None
+            self.reference = fsdp.ShardedReference(policy, self.fsdp) if sharded else ReferencePolicy(policy, adapters="disabled")
         if updaters is None:
-            updaters = {name: PolicyUpdater(config, policy, name, self.reference) for name in policy.policies}
+            updaters = {name: PolicyUpdater(config, policy, name, self.reference, self.fsdp) for name in policy.policies}
             for name, updater in updaters.items():  # the trainer's method stays the seam tests wrap
                 updater._accumulate_gradients = functools.partial(self._route_accumulate, name)
         missing = sorted(set(policy.policies) - set(updaters))
@@ -222,6 +235,8 @@ class ATGRPOTrainer(TrainerCore):
         self.updaters: dict[str, Any] = {name: updaters[name] for name in policy.policies}
         # Views onto the updaters, so checkpoints keep their per-policy layout.
         self.optimizers = {name: u.optimizer for name, u in self.updaters.items()}
+        if self.fsdp is not None:  # checkpoints hold the one-process (whole) optimizer states
+            self.optimizers = {name: fsdp.WholeOptimizerState(o) for name, o in self.optimizers.items()}
         self.schedulers = {name: u.scheduler for name, u in self.updaters.items()}
         self.pad_token_ids = {name: u.pad_token_id for name, u in self.updaters.items()}
         self._transcripts = None
@@ -521,9 +536,14 @@ class ATGRPOTrainer(TrainerCore):
         if self.world_size == 1:
             return super().save_checkpoint(output_dir, step=step, total_limit=limit)
         self._engine_states = dist.gather_objects(self.engine.state_dict())
+        sharded = [o for o in self.optimizers.values() if isinstance(o, fsdp.WholeOptimizerState)]
+        for optimizer in sharded:
+            optimizer.gather()
         path = Path(output_dir if output_dir is not None else self.output_dir) / f"checkpoint-{self.global_step}"
         if dist.is_main_process():
             path = super().save_checkpoint(output_dir, step=step, total_limit=limit)
+        for optimizer in sharded:
+            optimizer.release()
         dist.barrier()
         return path
 
@@ -535,6 +555,9 @@ class ATGRPOTrainer(TrainerCore):
         dist.barrier()
         if not dist.is_main_process():
             state = super().load_checkpoint(path)
+        for updater in self.updaters.values():  # FSDP: the loaded whole weights into this rank's shards
+            if getattr(updater, "sharded", None) is not None:
+                updater.sharded.pull()
         return state
 
     def _log(self, metrics: Mapping[str, float], step: int) -> None:

@@ -36,9 +36,10 @@ Why summed gradients instead of DDP: the update walks its own micro-batches per 
 activated one at a time, a rank may have no rows of a policy), which DDP's per-forward hooks and its
 equal-call-count assumption do not fit; one flat all-reduce per optimizer step is the same traffic.
 
-Models that do not fit one device: every rank holds a whole copy of each policy. Sharding them with FSDP
-(accelerate's ``distributed_type: FSDP``, wrapping the policies' models) is not built, so choosing it in
-accelerate's config shards nothing; nor is a multi-node launch tested (no GPU, one machine here).
+Models that do not fit one device: every rank holds a whole copy of each policy for its rollouts; with FSDP
+selected (accelerate's ``distributed_type: FSDP`` with ``fsdp_version: 2``, or ``ACCELERATE_USE_FSDP=true``
+under torchrun) the updates train sharded copies instead and FSDP sums the gradients
+(:mod:`pettingllms.trainer.fsdp`). A multi-node launch is not tested (no GPU, one machine here).
 """
 
 from __future__ import annotations

@@ -44,22 +44,34 @@ def micro_batch_groups(
 
 
 def policy_rows(
-    tensors: PolicyTensors, index: torch.Tensor, extra: Mapping[str, torch.Tensor] | None = None
+    tensors: PolicyTensors,
+    index: torch.Tensor,
+    extra: Mapping[str, torch.Tensor] | None = None,
+    min_width: int = 1,
 ) -> dict[str, torch.Tensor]:
     """Rows ``index`` of a policy's tensors, trimmed to their own longest prompt and completion, in the
-    layout :func:`comlrl.scoring.per_token_logps` reads; ``extra`` ``[B, C]`` tensors are sliced alike."""
+    layout :func:`comlrl.scoring.per_token_logps` reads; ``extra`` ``[B, C]`` tensors are sliced alike.
+
+    ``min_width``: completions at least this many positions wide, padded with masked-out zeros (under FSDP
+    the shared-prompt forward then always makes its two forward calls, :mod:`pettingllms.trainer.fsdp`)."""
     prompt_mask, completion_mask = tensors.prompt_mask[index], tensors.completion_mask[index]
     p = int(prompt_mask.sum(dim=1).max())
-    c = max(1, int(completion_mask.sum(dim=1).max()))
+    c = max(1, min_width, int(completion_mask.sum(dim=1).max()))
     start = prompt_mask.shape[1] - p
     out = {
         "prompt_ids": tensors.prompt_ids[index, start:],
         "prompt_mask": prompt_mask[:, start:],
-        "completion_ids": tensors.completion_ids[index, :c],
-        "completion_mask": completion_mask[:, :c],
-        "old_per_token_logps": tensors.old_per_token_logps[index, :c],
+        "completion_ids": _width(tensors.completion_ids[index, :c], c),
+        "completion_mask": _width(completion_mask[:, :c], c),
+        "old_per_token_logps": _width(tensors.old_per_token_logps[index, :c], c),
         "advantages": tensors.advantages[index],
     }
     for name, value in (extra or {}).items():
-        out[name] = value[index, :c]
+        out[name] = _width(value[index, :c], c)
     return out
+
+
+def _width(columns: torch.Tensor, width: int) -> torch.Tensor:
+    """``columns`` ``[B, C']`` right-padded with zeros to ``width`` columns."""
+    short = width - columns.shape[1]
+    return torch.nn.functional.pad(columns, (0, short)) if short > 0 else columns

@@ -13,12 +13,20 @@ micro-batch's :func:`~pettingllms.trainer.losses.at_grpo_loss`, clip, step, bump
 version. A non-finite loss part or gradient norm skips the step (no parameter change). Under data
 parallelism (:mod:`pettingllms.trainer.distributed`) the step's token and micro-batch counts and its
 gradients are summed over ranks, and every rank makes the same number of optimizer steps.
+
+Under FSDP (``sharding``, :mod:`pettingllms.trainer.fsdp`) the update runs on the policy's
+:class:`~pettingllms.trainer.fsdp.ShardedModel` inside its ``training()`` bracket (the AdamW holds the sharded
+parameters): every rank makes the same number of micro-batch forward / backward calls (zero-weight filler
+micro-batches where it has fewer rows, or none), FSDP's reduce-scatter sums the gradients instead of the
+flat all-reduce, and the clipping norm is that of the whole gradient. The reference (``beta > 0``) is
+scored in the same number of chunks on every rank.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +38,7 @@ from comlrl.seeding import derive_seed
 from comlrl.trainers.core.models import scoring_mode
 from pettingllms.execution import PolicyTensors, Sample
 from pettingllms.trainer import distributed as dist
+from pettingllms.trainer import fsdp
 from pettingllms.trainer.at_grpo_config import ATGRPOConfig
 from pettingllms.trainer.losses import at_grpo_loss
 from pettingllms.trainer.metrics import UpdateStats
@@ -57,10 +66,14 @@ class PolicyUpdater:
         name: the policy to update; its trainable parameters (``policy.trainable_parameters(name)``) go
             to one AdamW.
         reference: a :class:`comlrl.trainers.core.reference.ReferencePolicy` for the KL (needed when
-            ``config.beta > 0``).
+            ``config.beta > 0``; under FSDP a :class:`~pettingllms.trainer.fsdp.ShardedReference`).
+        sharding: :class:`~pettingllms.trainer.fsdp.FSDPSettings` to train the policy's model as an FSDP
+            :class:`~pettingllms.trainer.fsdp.ShardedModel` (:attr:`sharded`; None: the model itself).
     """
 
-    def __init__(self, config: ATGRPOConfig, policy: Any, name: str, reference: Any = None) -> None:
+    def __init__(
+        self, config: ATGRPOConfig, policy: Any, name: str, reference: Any = None, sharding: Any = None
+    ) -> None:
         from transformers import get_scheduler
 
         from comlrl.rollout.hf import eos_token_ids, pad_token_id
@@ -71,6 +84,9 @@ class PolicyUpdater:
         if not params:
             raise ValueError(f"policy {name!r} has no trainable parameters")
         self.config, self.policy, self.name, self.reference = config, policy, name, reference
+        self.sharded = None if sharding is None else fsdp.ShardedModel(policy.handle(name).model, sharding, params)
+        if self.sharded is not None:
+            params = self.sharded.parameters()
         self.optimizer = torch.optim.AdamW(
             params,
             lr=config.learning_rate,
@@ -106,10 +122,12 @@ class PolicyUpdater:
         if tensors is None and world == 1:
             raise ValueError(f"policy {name!r}, step {step}: `tensors` is None; a single process needs rows")
         num_rows = len(tensors.samples) if tensors is not None else 0
-        extra = {"ref_per_token_logps": self._reference_logps(tensors)} if config.beta > 0 and num_rows else {}
         prompt_keys = [tuple(s.prompt_ids) for s in tensors.samples] if config.share_prompts and num_rows else None
         stats, events = UpdateStats(), []
-        with scoring_mode(policy.handle(name).model, config.disable_dropout), policy.activate(name):
+        scored = config.beta > 0 and (num_rows or self.sharded is not None)  # sharded: every rank scores
+        reference = self._reference_logps(tensors) if scored else None
+        extra = {"ref_per_token_logps": reference} if reference is not None else {}
+        with self.training_model() as model, scoring_mode(model, config.disable_dropout), policy.activate(name):
             for iteration in range(config.num_iterations):
                 groups = []
                 if num_rows:
@@ -141,6 +159,16 @@ class PolicyUpdater:
             stats, num_tokens = _gathered_stats(stats, num_tokens)
         return UpdateResult(stats.as_metrics(f"policy/{name}/", num_tokens), events)
 
+    @contextmanager
+    def training_model(self) -> Iterator[torch.nn.Module]:
+        """The module the update scores and trains: the policy's model, or under FSDP its sharded module
+        (inside :meth:`~pettingllms.trainer.fsdp.ShardedModel.training`)."""
+        if self.sharded is None:
+            yield self.policy.handle(self.name).model
+        else:
+            with self.sharded.training() as module:
+                yield module
+
     def _accumulate_gradients(
         self,
         tensors: PolicyTensors | None,
@@ -150,17 +178,45 @@ class PolicyUpdater:
     ) -> str | None:
         """Backpropagate the micro-batches of one optimizer step and clip the gradient; None when all went
         through, else what was non-finite (the first micro-batch's loss parts, or the gradient norm)."""
-        config, policy, optimizer = self.config, self.policy, self.optimizer
-        model = policy.handle(self.name).model
-        world = dist.world_size()
+        config, optimizer = self.config, self.optimizer
+        world, sharded = dist.world_size(), self.sharded is not None
         num_items = int(sum(int(tensors.completion_mask[index].sum()) for index in group))
         num_micro_batches = len(group)
         if world > 1:  # the global batch: dapo divides by all ranks' tokens, the 1/k means by all micro-batches
             num_items, num_micro_batches = (int(v) for v in dist.all_reduce_sum([num_items, num_micro_batches]))
+        # FSDP: every rank makes the same forward / backward calls, one per micro-batch of the longest group
+        calls = dist.all_reduce_max(len(group)) if sharded else len(group)
         optimizer.zero_grad(set_to_none=True)
+        with self.training_model() as model:
+            bad = self._backward(model, tensors, group, extra, stats, num_items, num_micro_batches)
+            for _ in range(calls - len(group)):
+                logps, _ = per_token_logps(model, fsdp.filler_rows(self.pad_token_id), config.temperature,
+                                           share_prompts=config.share_prompts)
+                fsdp.zero_weight(logps).backward()
+        params = [p for param_group in optimizer.param_groups for p in param_group["params"]]
+        if world > 1:  # a non-finite part on any rank skips the step on every rank
+            if dist.all_reduce_max(bad is not None):
+                found = [f"{what} (rank {r})" for r, what in enumerate(dist.gather_objects(bad)) if what]
+                return "; ".join(found)
+            if not sharded:  # FSDP's reduce-scatter has summed them
+                dist.all_reduce_gradients(params)
+        elif bad is not None:
+            return bad
+        limit = config.max_grad_norm or float("inf")
+        grad_norm = fsdp.clip_grad_norm(params, limit) if sharded else float(torch.nn.utils.clip_grad_norm_(params, limit))
+        if not math.isfinite(grad_norm):
+            return f"gradient norm ({grad_norm})"
+        stats.grad_norms.append(grad_norm)
+        return None
+
+    def _backward(self, model, tensors, group, extra, stats, num_items, num_micro_batches) -> str | None:
+        """Backpropagate each micro-batch of ``group``; the first non-finite one's loss parts, or None. Under
+        FSDP every micro-batch backpropagates (a non-finite one zero-weighted), so all ranks make the same calls."""
+        config, policy, sharded = self.config, self.policy, self.sharded is not None
+        min_width = 2 if sharded and config.share_prompts else 1  # the shared-prompt forward: always two calls
         bad = None
         for index in group:
-            rows = policy_rows(tensors, index, extra)
+            rows = policy_rows(tensors, index, extra, min_width=min_width)
             sampled_by = torch.tensor([tensors.samples[i].policy_version for i in index.tolist()], dtype=torch.float64)
             stats.add_staleness(policy.version(self.name) - sampled_by)
             logps, entropy = per_token_logps(
@@ -177,34 +233,33 @@ class PolicyUpdater:
                 num_items_in_batch=num_items,
                 ref_logps=rows["ref_per_token_logps"].to(device) if config.beta > 0 else None,
             )
-            if not is_finite(loss):
-                bad = _nonfinite_loss_parts(logps, rows, loss, [tensors.samples[i] for i in index.tolist()])
-                break
+            if bad is not None or not is_finite(loss):
+                bad = bad or _nonfinite_loss_parts(logps, rows, loss, [tensors.samples[i] for i in index.tolist()])
+                if not sharded:
+                    break
+                fsdp.zero_weight(loss).backward()
+                continue
             loss.backward()
             stats.add_micro_batch(out, entropy)
-        params = [p for param_group in optimizer.param_groups for p in param_group["params"]]
-        if world > 1:  # a non-finite part on any rank skips the step on every rank
-            if dist.all_reduce_max(bad is not None):
-                found = [f"{what} (rank {r})" for r, what in enumerate(dist.gather_objects(bad)) if what]
-                return "; ".join(found)
-            dist.all_reduce_gradients(params)
-        elif bad is not None:
-            return bad
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm or float("inf")))
-        if not math.isfinite(grad_norm):
-            return f"gradient norm ({grad_norm})"
-        stats.grad_norms.append(grad_norm)
-        return None
+        return bad
 
-    def _reference_logps(self, tensors: PolicyTensors) -> torch.Tensor:
-        """Reference log-probs of every row (``[B, C]`` on CPU), scored once per rollout."""
-        out = torch.zeros_like(tensors.old_per_token_logps)
+    def _reference_logps(self, tensors: PolicyTensors | None) -> torch.Tensor | None:
+        """Reference log-probs of every row (``[B, C]`` on CPU), scored once per rollout (under FSDP in the
+        same number of chunks on every rank, fillers where a rank has fewer; None for a rank without rows)."""
         size, share = self.config.per_device_train_batch_size, self.config.share_prompts
+        chunks = list(torch.arange(len(tensors.samples)).split(size)) if tensors is not None else []
+        out = torch.zeros_like(tensors.old_per_token_logps) if tensors is not None else None
+        min_width = 2 if self.sharded is not None and share else 1
+        calls = dist.all_reduce_max(len(chunks)) if self.sharded is not None else len(chunks)
         with torch.no_grad(), self.reference.model(self.name) as reference:
-            for index in torch.arange(len(tensors.samples)).split(size):
-                rows = policy_rows(tensors, index)
+            for index in chunks:
+                rows = policy_rows(tensors, index, min_width=min_width)
                 logps, _ = per_token_logps(reference, rows, self.config.temperature, share_prompts=share)
-                out[index, : logps.shape[1]] = logps.cpu()
+                width = min(logps.shape[1], out.shape[1])
+                out[index, :width] = logps[:, :width].cpu()
+            for _ in range(calls - len(chunks)):
+                per_token_logps(reference, fsdp.filler_rows(self.pad_token_id), self.config.temperature,
+                                share_prompts=share)
         return out
 
 

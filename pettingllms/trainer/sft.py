@@ -24,7 +24,10 @@ Data-parallel (under ``accelerate launch`` / ``torchrun``, see :mod:`pettingllms
 every rank draws the same shuffled global batches of ``batch_size`` demonstrations and scores its
 contiguous shard of each; the NLL is divided by the global token count (summed over ranks) and the
 gradients are summed before clipping, so each optimizer step is the one-process step over the same
-batch (a rank with an empty shard contributes zero gradients). Only rank 0 logs and shows progress.
+batch (a rank with an empty shard contributes zero gradients). Only rank 0 logs and shows progress. With
+FSDP selected (:mod:`pettingllms.trainer.fsdp`) each policy trains as a sharded module (AdamW states
+sharded too; a rank with an empty shard runs a zero-weight filler forward and backward, FSDP sums the
+gradients, clipping uses the whole gradient's norm) and its whole model receives the new weights at the end.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +47,7 @@ from comlrl.scoring import completion_logprobs
 from comlrl.seeding import derive_seed
 from comlrl.trainers.core.validation import check_float, check_int
 from pettingllms.trainer import distributed as dist
+from pettingllms.trainer import fsdp
 
 __all__ = [
     "SFTWarmStartConfig",
@@ -223,7 +228,9 @@ def sft_warm_start(
         epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, max_length=max_length,
         max_grad_norm=max_grad_norm,
     )
-    dist.init_distributed()
+    sharding = fsdp.fsdp_for_world(dist.init_distributed())
+    if sharding is not None:
+        fsdp.check_policy(policy)
     progress = progress and dist.is_main_process()
     if role_policies is None:
         role_policies = {agent: policy.policy_name(agent) for agent in policy.agents}
@@ -257,7 +264,7 @@ def sft_warm_start(
     with torch.random.fork_rng(devices=_cuda_devices(policy)):
         torch.manual_seed(derive_seed(seed, "sft", "dropout"))
         for name, examples, pad_id in plans:
-            step = _train_policy(policy, name, examples, pad_id, config, seed, logger, bar, step, metrics)
+            step = _train_policy(policy, name, examples, pad_id, config, seed, logger, bar, step, metrics, sharding)
     bar.close()
     firsts = [metrics[f"sft/{n}/loss_first"] for n, _, _ in plans]
     lasts = [metrics[f"sft/{n}/loss_last"] for n, _, _ in plans]
@@ -268,24 +275,29 @@ def sft_warm_start(
     return metrics
 
 
-def _backward_shard(model, rows: Sequence[TokenizedExample], pad_id: int, params) -> torch.Tensor:
+def _backward_shard(
+    model, rows: Sequence[TokenizedExample], pad_id: int, params, sharded: bool = False
+) -> torch.Tensor:
     """Data-parallel: backpropagate this rank's shard of a batch with its NLL divided by the batch's global
-    token count, sum the gradients over ranks, and return the global batch's loss (the same on every rank)."""
+    token count, sum the gradients over ranks, and return the global batch's loss (the same on every rank).
+    ``sharded`` (FSDP): every rank makes one forward and one backward call (a filler row where its shard is
+    empty, zero-weighted like a non-finite loss), and FSDP sums the gradients."""
     numerator = None
     count = 0.0
-    if rows:
-        logprobs, mask = completion_logprobs(
-            model, [r.prompt_ids for r in rows], [r.completion_ids for r in rows], pad_token_id=pad_id,
-            requires_grad=True,
-        )
-        numerator, count = -(logprobs * mask).sum(), float(mask.sum())
-    total, global_count = dist.all_reduce_sum([0.0 if numerator is None else float(numerator.detach()), count])
+    if rows or sharded:
+        prompts, completions = ([r.prompt_ids for r in rows], [r.completion_ids for r in rows]) if rows else ([[pad_id]], [[pad_id]])
+        logprobs, mask = completion_logprobs(model, prompts, completions, pad_token_id=pad_id, requires_grad=True)
+        numerator, count = -(logprobs * mask).sum(), float(mask.sum()) if rows else 0.0
+    total, global_count = dist.all_reduce_sum([float(numerator.detach()) if count else 0.0, count])
     if global_count == 0:
         raise ValueError("`mask` selects no tokens: every completion in the batch is empty")
     loss = torch.tensor(total / global_count)
-    if numerator is not None and torch.isfinite(loss):  # a non-finite loss raises on every rank alike
+    if count and torch.isfinite(loss):  # a non-finite loss raises on every rank alike
         (numerator / global_count).backward()
-    dist.all_reduce_gradients(params)
+    elif sharded:
+        fsdp.zero_weight(numerator).backward()
+    if not sharded:
+        dist.all_reduce_gradients(params)
     return loss
 
 
@@ -295,26 +307,29 @@ def _cuda_devices(policy) -> list[int]:
     return sorted(d.index or 0 for d in devices if d.type == "cuda")
 
 
-def _train_policy(policy, name, examples, pad_id, config, seed, logger, bar, step, metrics) -> int:
+def _train_policy(policy, name, examples, pad_id, config, seed, logger, bar, step, metrics, sharding=None) -> int:
     handle = policy.handle(name)
-    model = handle.model
     params = policy.trainable_parameters(name)
     if not params:
         raise ValueError(f"policy {name!r} has no trainable parameters")
+    sharded = None if sharding is None else fsdp.ShardedModel(handle.model, sharding, params)
+    if sharded is not None:
+        params = sharded.parameters()
     optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=0.0)
     generator = torch.Generator().manual_seed(derive_seed(seed, "sft", "shuffle", name))
-    was_training = model.training
-    model.train()
+    was_training = handle.model.training
+    handle.model.train()
     epoch_means: list[float] = []
     first_step, first_step_loss = step, math.nan
     try:
-        with policy.activate(name):
+        with policy.activate(name), (nullcontext(handle.model) if sharded is None else sharded.training()) as model:
             for epoch in range(config.epochs):
                 losses: list[float] = []
                 for batch in shuffled_batches(len(examples), config.batch_size, generator):
                     optimizer.zero_grad(set_to_none=True)
                     if dist.world_size() > 1:
-                        loss = _backward_shard(model, [examples[i] for i in dist.shard(batch)], pad_id, params)
+                        rows = [examples[i] for i in dist.shard(batch)]
+                        loss = _backward_shard(model, rows, pad_id, params, sharded is not None)
                     else:
                         rows = [examples[i] for i in batch]
                         logprobs, mask = completion_logprobs(
@@ -334,7 +349,10 @@ def _train_policy(policy, name, examples, pad_id, config, seed, logger, bar, ste
                         loss.backward()
                     # max_norm = inf measures the norm without clipping.
                     limit = config.max_grad_norm if config.max_grad_norm > 0 else math.inf
-                    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, limit))
+                    if sharded is None:
+                        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, limit))
+                    else:
+                        grad_norm = fsdp.clip_grad_norm(params, limit)
                     optimizer.step()
                     policy.bump_version(name)
                     step += 1
@@ -349,7 +367,7 @@ def _train_policy(policy, name, examples, pad_id, config, seed, logger, bar, ste
                 metrics[f"sft/{name}/loss_epoch{epoch + 1}"] = epoch_means[-1]
     finally:
         optimizer.zero_grad(set_to_none=True)
-        model.train(was_training)
+        handle.model.train(was_training)
     metrics[f"sft/{name}/steps"] = float(config.epochs * math.ceil(len(examples) / config.batch_size))
     metrics[f"sft/{name}/loss_first_step"] = first_step_loss
     metrics[f"sft/{name}/loss_first"] = epoch_means[0]

@@ -41,7 +41,12 @@ Per device: a rollout device holds ``weights + kv_cache + logits``; an update de
 reference + gradients + optimizer + activations + logits``; a colocated device both (two processes, each
 keeping its own peak). The ``local`` backend holds every policy's weights, reference and optimizer states
 on ``model.device`` and runs rollout and update in turn, so its total is those plus the larger phase.
-FSDP sharding is not modelled (a model must fit one device).
+
+FSDP over ``S`` ranks (``fsdp_shards``, ``pettingllms plan --fsdp S``: one rank of an ``accelerate launch``
+/ ``torchrun`` job with FSDP, :mod:`pettingllms.trainer.fsdp`): a rank keeps each policy's whole weights for its
+rollouts plus its shard of them, ``N b (1 + 1/S)`` (inside the update the whole copy is released and the
+gathered layers take its place), and ``1/S`` of the reference, gradients and optimizer states; it rolls out
+and updates ``1/S`` of a step's problems, so ``R`` and the update rows are split over the ``S`` ranks.
 """
 
 from __future__ import annotations
@@ -333,6 +338,26 @@ def _policy_sizes(config, shape: ModelShape, b: int) -> dict[str, Any]:
     }
 
 
+def _check_shards(config, shards: int) -> int:
+    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+        raise ConfigError(f"`fsdp_shards` must be an int >= 1, got {shards!r}")
+    if shards > 1 and config["run"]["backend"] != "local":
+        raise ConfigError(f"`--fsdp {shards}` plans an accelerate launch / torchrun job, which runs with run.backend=local, "
+                          f"got run.backend={config['run']['backend']}")
+    if shards > 1 and config["policy"]["level"] == "L2":
+        raise ConfigError(f"`--fsdp {shards}`: FSDP does not shard LoRA policies (`policy.level` is L2)")
+    return shards
+
+
+def _sharded(sizes: dict[str, Any], whole: int, shards: int) -> dict[str, Any]:
+    """FSDP over ``shards`` ranks: the whole weights stay (rollouts) plus this rank's shard of them; the
+    reference, gradients and optimizer states are split."""
+    if shards == 1:
+        return sizes
+    split = {t: math.ceil(sizes[t] / shards) for t in ("reference", "gradients", "optimizer")}
+    return {**sizes, **split, "weights": sizes["weights"] + math.ceil(whole / shards)}
+
+
 def _update_rows(config, roles: int, ranks: int) -> int:
     """Rows in one update micro-batch of one rank: ``per_device_train_batch_size``, or fewer when a step
     samples fewer for the policy (``problems_per_step x K x max_turns x`` its roles, over its ranks)."""
@@ -380,16 +405,19 @@ def plan_run(
     capacity: Mapping[str, int] | None = None,
     resources: Mapping[str, float] | None = None,
     prompt_tokens: int | None = None,
+    fsdp_shards: int = 1,
 ) -> RunPlan:
     """The memory estimate of a resolved run config (see the module docstring).
 
     ``capacity`` (``{"gpu": bytes, "cpu": bytes}``) replaces :func:`device_capacity`; ``resources`` (``{"CPU":
     n, "GPU": m}``) replaces :func:`~pettingllms.workers.placement.available_resources` for the Ray placement
-    check; ``prompt_tokens`` replaces :func:`measure_prompt_tokens`. A placement the resources cannot hold
+    check; ``prompt_tokens`` replaces :func:`measure_prompt_tokens`; ``fsdp_shards`` > 1 plans one rank of an
+    FSDP launch over that many ranks (``run.backend: local``, not L2). A placement the resources cannot hold
     raises :class:`~pettingllms.workers.placement.PlacementError`; devices whose estimate exceeds their
     capacity are listed in :attr:`RunPlan.shortfalls`.
     """
     model, run = config["model"], config["run"]
+    shards = _check_shards(config, fsdp_shards)
     path, hf_config = _load_model_config(model["name"], run["seed"])
     shape = ModelShape.from_config(hf_config)
     b = _dtype_bytes(model["dtype"], model["device"])
@@ -397,14 +425,14 @@ def plan_run(
         from comlrl.models import load_tokenizer
 
         prompt_tokens = measure_prompt_tokens(config, load_tokenizer(path))
-    per_policy = _policy_sizes(config, shape, b)
+    per_policy = _sharded(_policy_sizes(config, shape, b), shape.num_parameters * b, shards)
     names, roles = policy_names(config), _roles_per_policy(config)
     kind = "gpu" if str(model["device"]).startswith("cuda") else "cpu"
     cap = (capacity or {}).get(kind) if capacity is not None else device_capacity(kind, model["device"])
     sizes = {
         "model": str(model["name"]), "parameters": shape.num_parameters, "trainable_per_policy": per_policy["trainable"],
         "dtype_bytes": b, "prompt_tokens": prompt_tokens, "completion_tokens": config["rollout"]["max_completion_length"],
-        "policies": names, "stage": _rl_stage(config),
+        "policies": names, "stage": _rl_stage(config), "fsdp_shards": shards,
     }
     resident = {t: per_policy[t] for t in ("weights", "reference", "optimizer")}
     if run["backend"] == "local":
@@ -413,9 +441,9 @@ def plan_run(
         if config["policy"]["level"] == "L2":  # one base, one adapter per policy
             model_terms["weights"] = shape.num_parameters * b + len(names) * (per_policy["weights"] - shape.num_parameters * b)
             model_terms["optimizer"] = per_policy["optimizer"] * len(names)
-        rollout = _rollout_terms(config, shape, b, prompt_tokens, 1)
+        rollout = _rollout_terms(config, shape, b, prompt_tokens, shards)
         # Policies update one after another: the one with the most rows per micro-batch sets the peak.
-        update = _update_terms(config, shape, b, prompt_tokens, max(_update_rows(config, roles[n], 1) for n in names))
+        update = _update_terms(config, shape, b, prompt_tokens, max(_update_rows(config, roles[n], shards) for n in names))
         training = {"gradients": per_policy["gradients"], **update}
         # Rollout and update take turns in one process: the resident terms plus the larger phase.
         total = sum(model_terms.values()) + max(sum(rollout.values()), sum(training.values()))

@@ -19,12 +19,18 @@ step is the one-process step over the same global rows):
   numbers of optimizer steps' rows: the rank with fewer joins the others' steps with zero gradients (not
   comparable with one process; both ranks must end with the same weights);
 - ``sft``: the SFT warm start of an L1 policy on 9 tool and 8 plan demonstrations, batches of 4 (the last
-  batch of an epoch holds 1 row, so rank 0's shard of it is empty).
+  batch of an epoch holds 1 row, so rank 0's shard of it is empty);
+- ``l3_beta``: ``l3_tree`` with a KL to the reference (``beta = 0.1``).
+
+Launched with FSDP (``test_data_parallel_fsdp.py``: accelerate's config with ``distributed_type: FSDP``), every
+rank also writes ``shards-rank{r}.json``: per scenario, what the last sharded update held on this rank
+(elements of each sharded parameter against its whole size, and of the whole model, released inside).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -62,8 +68,8 @@ def at_grpo_values(scenario: str, out: Path) -> dict:
     )
     if scenario in ("l1_tree", "l1_resume"):
         values.update(transcript_rate=1.0, save_steps=1)
-    elif scenario == "l3_tree":
-        values.update(policy_level="L3", problems_per_step=3)
+    elif scenario in ("l3_tree", "l3_beta"):
+        values.update(policy_level="L3", problems_per_step=3, beta=0.1 if scenario == "l3_beta" else 0.0)
     elif scenario == "l1_grpo":
         values.update(sampling_mode="independent")
     elif scenario == "uneven":
@@ -106,12 +112,36 @@ def run(model_path: str, out: Path, scenario: str) -> None:
     (folder / f"history-rank{dist.rank()}.json").write_text(json.dumps(history))
 
 
+def record_shards(held: dict) -> None:
+    """Under FSDP: keep in ``held["last"]`` what each sharded update holds on this rank, seen inside it."""
+    from contextlib import contextmanager
+
+    from pettingllms.trainer import fsdp
+
+    training = fsdp.ShardedModel.training
+
+    @contextmanager
+    def recorded(self):
+        with training(self) as module:
+            held["last"] = {"whole": self.whole_numel(), "shards": self.local_numels()}
+            yield module
+
+    fsdp.ShardedModel.training = recorded
+
+
 def main(argv: list[str]) -> None:
     model_path, out, *scenarios = argv
     torch.set_num_threads(1)
+    held, shards = {}, {}
+    if os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true":  # accelerate's FSDP launch
+        record_shards(held)
     for scenario in scenarios:
+        held.clear()
         run(model_path, Path(out), scenario)
+        shards[scenario] = held.get("last")
         dist.barrier()
+    if any(shards.values()):
+        (Path(out) / f"shards-rank{dist.rank()}.json").write_text(json.dumps(shards))
 
 
 if __name__ == "__main__":

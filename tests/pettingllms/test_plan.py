@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from pettingllms.cli import main
-from pettingllms.config import load_config, validate_config
+from pettingllms.config import ConfigError, load_config, validate_config
 from pettingllms.workers.memory import (
     ModelShape,
     count_parameters,
@@ -148,6 +148,35 @@ def test_l2_trains_adapters_and_its_reference_is_the_base(tiny_model_path):
     assert row.terms["weights"] == 4 * (n + 2 * adapter)  # one base, one adapter per policy (tool, plan)
     assert row.terms["optimizer"] == 2 * 8 * adapter and row.terms["gradients"] == 4 * adapter
     assert row.terms["reference"] == 0
+
+
+def test_fsdp_splits_the_reference_gradients_optimizer_and_rows_and_keeps_whole_weights_for_rollouts(tiny_model_path, capsys):
+    # L3 (two models), beta > 0, over S = 2 ranks: 4 problems x K = 2 per step split 2 + 2.
+    overrides = ("at_grpo.beta=0.1", "at_grpo.share_prompts=false", "at_grpo.problems_per_step=4",
+                 "rollout.num_generations=2", "env.max_turns=1", "rollout.max_completion_length=10")
+    config = tiny_config("plan_path/L3", *overrides)
+    (whole,) = plan_run(config, prompt_tokens=50, capacity={"cpu": 10**12}).rows
+    plan = plan_run(config, prompt_tokens=50, capacity={"cpu": 10**12}, fsdp_shards=2)
+    (row,) = plan.rows
+    s, n = shape_of(tiny_model_path), count_parameters(shape_of_config(tiny_model_path))
+    half = math.ceil(n / 2)
+    assert plan.sizes["fsdp_shards"] == 2
+    assert row.terms["weights"] == 2 * 4 * (n + half)  # per model: whole (rollouts) + this rank's shard
+    assert row.terms["reference"] == 2 * 4 * half and row.terms["optimizer"] == 2 * 8 * half
+    assert row.terms["gradients"] == 4 * half  # one policy updates at a time
+    per_token = s.num_layers * (10 * s.hidden_size + 4 * s.intermediate_size + 4 * s.kv_dim) * 4
+    assert row.terms["activations"] == 4 * 60 * per_token and whole.terms["activations"] == 8 * 60 * per_token
+    assert row.terms["kv_cache"] * 2 == whole.terms["kv_cache"]  # 4 of the 8 rollout rows
+    rollout = row.terms["kv_cache"] + 2 * 4 * s.vocab_size * 4
+    update = row.terms["gradients"] + row.terms["activations"] + 4 * 4 * 11 * s.vocab_size * 4
+    resident = row.terms["weights"] + row.terms["reference"] + row.terms["optimizer"]
+    assert row.total == resident + max(rollout, update) and row.total < whole.total
+    with pytest.raises(ConfigError, match=r"`--fsdp 2`: FSDP does not shard LoRA policies"):
+        plan_run(tiny_config("plan_path/L2"), prompt_tokens=50, fsdp_shards=2)
+    with pytest.raises(ConfigError, match=r"`--fsdp 2` plans an accelerate launch / torchrun job"):
+        plan_run(tiny_config("plan_path/L1", "run.backend=ray"), prompt_tokens=50, fsdp_shards=2, resources={"CPU": 8})
+    assert main(["plan", "plan_path/L3", *TINY, *overrides, "--fsdp", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sizes"]["fsdp_shards"] == 2
 
 
 def test_ray_rows_hold_each_workers_terms(tiny_model_path):
