@@ -30,8 +30,9 @@ model) and the command line's overrides; numbers are read back from the run fold
    ``pipeline=[at_grpo, madpo_from_trees] x 6 + [eval]`` on L1, each ``at_grpo`` stage sampling a sixth of
    the budget (:attr:`Method.chunks`): ``madpo_trees_l1`` with ``at_grpo.update_policy=false`` (the trees
    only supply preference pairs; MADPO on them alone trains, on pairs of the policy it left one chunk
-   before) and ``hybrid_l1`` (AT-GRPO updates, then MADPO on the same trees' pairs). The preference stages
-   sample nothing, so the RL completions are the ``at_grpo`` stages' and equal the other rows' budget.
+   before), ``hybrid_l1`` (AT-GRPO updates, then MADPO on the same trees' pairs) and ``hybrid_rl_last_l1``
+   (the same ending on an AT-GRPO stage, as the shipped hybrid configs do). The preference stages sample
+   nothing, so the RL completions are the ``at_grpo`` stages' and equal the other rows' budget.
 3. **Evaluation** (the ``eval`` section): success over 50 held-out instances whose seeds
    ``[10**6, 10**6 + 50)`` are disjoint from every training seed (the pipeline checks it): the mean over
    4 trajectories per instance at temperature 1, with greedy success (``eval.greedy``) next to it. Each
@@ -50,8 +51,8 @@ K = 2) showing the pipeline runs on a real pretrained model.
     .venv/bin/python -m benchmarks.learning --seeds 0 --methods at_grpo_l1 --budget-minutes 3
     .venv/bin/python -m benchmarks.learning --rl learning_rate=2e-4 --rl at_grpo_l1.rollout.num_generations=8
     .venv/bin/python -m benchmarks.learning --config math/arith --cells-parallel 2
-    .venv/bin/python -m benchmarks.learning --seeds 0 --methods at_grpo_l1 madpo_trees_l1 hybrid_l1 \
-        --summary benchmarks/results/learning_preference.json
+    .venv/bin/python -m benchmarks.learning --seeds 0 --methods at_grpo_l1 madpo_trees_l1 hybrid_l1 hybrid_rl_last_l1 \
+        --results benchmarks/results/learning-preference/plan_path --summary benchmarks/results/learning_preference.json
 
 The summary file keeps one table per task (``{"benchmark": "learning", "tasks": {"plan_path": ...,
 "math/arith": ...}}``, :func:`merged_summary`).
@@ -161,7 +162,9 @@ class Method:
     each ``at_grpo`` stage sampling ``ceil(budget / chunks)`` completions (the stage's repeat rule takes a
     repeat's overshoot off the next, so the row samples the budget within one step, as the others do); the
     preference stages sample nothing. With ``at_grpo.update_policy=false`` in ``overrides`` the trees only
-    supply pairs and MADPO alone trains."""
+    supply pairs and MADPO alone trains. ``rl_last`` ends on the RL stage instead, as the shipped hybrid configs
+    do (``[at_grpo, madpo_from_trees] * (chunks - 1) + [at_grpo, eval]``: the last chunk's trees train nothing
+    but its AT-GRPO update)."""
 
     name: str
     label: str
@@ -169,8 +172,11 @@ class Method:
     stage: str
     overrides: tuple[str, ...] = ()
     chunks: int = 0
+    rl_last: bool = False
 
     def pipeline(self) -> list[str]:
+        if self.chunks and self.rl_last:
+            return [*[self.stage, "madpo_from_trees"] * (self.chunks - 1), self.stage, "eval"]
         if self.chunks:
             return [*[self.stage, "madpo_from_trees"] * self.chunks, "eval"]
         return [self.stage, "eval"]
@@ -191,15 +197,18 @@ MADPO_FROM_TREES: tuple[str, ...] = (
 PREFERENCE_CHUNKS = 6  # chunks of the preference rows: 4,500 completions -> 6 x 750 (Plan-Path), 2,400 -> 6 x 400 (math)
 
 
-def preference_methods(level: str = "L1") -> tuple[Method, Method]:
-    """The two preference rows at ``level``: MADPO from AT-GRPO's trees alone (the trees are sampled by an
-    ``at_grpo`` stage with ``update_policy=false``), and the hybrid (both stages train)."""
-    suffix = level.lower()
+def preference_methods(level: str = "L1") -> tuple[Method, Method, Method]:
+    """The preference rows at ``level``: MADPO from AT-GRPO's trees alone (the trees are sampled by an
+    ``at_grpo`` stage with ``update_policy=false``), and the hybrid (both stages train) ending on MADPO or, as
+    the shipped hybrid configs do, on AT-GRPO."""
+    suffix, n = level.lower(), PREFERENCE_CHUNKS
     return (
         Method(f"madpo_trees_{suffix}", f"MADPO from AT-GRPO's trees, shared policy ({level})", level, "at_grpo",
-               ("at_grpo.update_policy=false", *MADPO_FROM_TREES), PREFERENCE_CHUNKS),
-        Method(f"hybrid_{suffix}", f"hybrid: AT-GRPO, then MADPO on its trees, x{PREFERENCE_CHUNKS} ({level})", level,
-               "at_grpo", MADPO_FROM_TREES, PREFERENCE_CHUNKS),
+               ("at_grpo.update_policy=false", *MADPO_FROM_TREES), n),
+        Method(f"hybrid_{suffix}", f"hybrid ending on MADPO: [AT-GRPO, MADPO] x{n} ({level})", level,
+               "at_grpo", MADPO_FROM_TREES, n),
+        Method(f"hybrid_rl_last_{suffix}", f"hybrid ending on AT-GRPO: [AT-GRPO, MADPO] x{n - 1}, AT-GRPO ({level})",
+               level, "at_grpo", MADPO_FROM_TREES, n, rl_last=True),
     )
 
 
@@ -905,7 +914,7 @@ def write_plot(cells: Mapping[tuple[str, int], Mapping[str, Any]], path: Path) -
         return None
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     colors = {"grpo_l0": "tab:gray", "at_grpo_l1": "tab:blue", "at_grpo_l3": "tab:orange", "at_grpo_l2": "tab:green",
-              "madpo_trees_l1": "tab:purple", "hybrid_l1": "tab:red"}
+              "madpo_trees_l1": "tab:purple", "hybrid_l1": "tab:red", "hybrid_rl_last_l1": "tab:brown"}
     for (name, seed), cell in sorted(cells.items()):
         xs, ys, total = [], [], 0
         for h in cell["history"]:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from benchmarks import learning
 from pettingllms.config import ConfigError
+from pettingllms.pipeline import check_pipeline
 
 
 def test_completions_per_step_bounds_counts_decisions():
@@ -180,6 +181,11 @@ def test_preference_rows_alternate_at_grpo_and_madpo_from_trees_at_the_same_budg
             assert config["madpo_from_trees"]["agent_learning_rate"] == 1e-4
         assert (alone["at_grpo"]["update_policy"], hybrid["at_grpo"]["update_policy"], l1["at_grpo"]["update_policy"]) == (
             False, True, True)
+        last = learning.cell_config("hybrid_rl_last_l1", 0, [], rl, tmp_path, "warm", bench=bench)
+        assert last["pipeline"] == ["at_grpo", "madpo_from_trees"] * (chunks - 1) + ["at_grpo", "eval"]
+        assert last["at_grpo"]["max_completions"] * chunks == total and last["at_grpo"]["update_policy"] is True
+        # the last at_grpo stage updates: no madpo_from_trees needed after it
+        check_pipeline(learning.cell_config("hybrid_rl_last_l1", 0, [], rl, tmp_path, "small", bench=bench))
         assert l1["pipeline"] == ["at_grpo", "eval"] and l1["at_grpo"]["max_completions"] == total
 
 
