@@ -152,6 +152,23 @@ def launch(model_path: str, out: Path, scenarios: list[str], timeout: int = 300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
 
 
+def one_and_two(root: Path, model_path: str, scenarios: list[str]) -> tuple[Path, Path]:
+    """``(one-process folder, two-rank folder)`` under ``root``, each holding a folder per scenario: the two-rank
+    launch first, then the same scenarios in this process (its torch thread count restored after)."""
+    one, two = root / "one", root / "two"
+    launch(model_path, two, scenarios)
+    threads = torch.get_num_threads()
+    try:
+        main([model_path, str(one), *scenarios])
+    finally:
+        torch.set_num_threads(threads)
+    return one, two
+
+
+def load(folder: Path, rank: int = 0) -> dict:
+    """What rank ``rank`` dumped after its run."""
+    return torch.load(folder / f"rank{rank}.pt")
+
 def main(argv: list[str]) -> None:
     model_path, out, *scenarios = argv
     torch.set_num_threads(1)

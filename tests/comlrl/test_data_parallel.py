@@ -15,7 +15,6 @@ is refused under a launcher before any model loads. The iterative trainers, MARL
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -32,19 +31,10 @@ SCENARIOS = ["madpo", "magrpo"]
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, tiny_model_path):
     """``(one-process folder, two-rank folder)``, each holding a folder per scenario."""
-    root = tmp_path_factory.mktemp("comlrl-data-parallel")
-    one, two = root / "one", root / "two"
-    job.launch(tiny_model_path, two, SCENARIOS)
-    threads = torch.get_num_threads()
-    try:
-        job.main([tiny_model_path, str(one), *SCENARIOS])
-    finally:
-        torch.set_num_threads(threads)
-    return one, two
+    return job.one_and_two(tmp_path_factory.mktemp("comlrl-data-parallel"), tiny_model_path, SCENARIOS)
 
 
-def load(folder: Path, rank: int = 0) -> dict:
-    return torch.load(folder / f"rank{rank}.pt")
+load = job.load
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)

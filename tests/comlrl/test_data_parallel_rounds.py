@@ -30,19 +30,10 @@ SCENARIOS = ["madpo_iter", "marlhf_iter", "multi_turn", "maac_multi_turn"]
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, tiny_model_path):
     """``(one-process folder, two-rank folder)``, each holding a folder per scenario."""
-    root = tmp_path_factory.mktemp("comlrl-data-parallel-rounds")
-    one, two = root / "one", root / "two"
-    job.launch(tiny_model_path, two, SCENARIOS)
-    threads = torch.get_num_threads()
-    try:
-        job.main([tiny_model_path, str(one), *SCENARIOS])
-    finally:
-        torch.set_num_threads(threads)
-    return one, two
+    return job.one_and_two(tmp_path_factory.mktemp("comlrl-data-parallel-rounds"), tiny_model_path, SCENARIOS)
 
 
-def load(folder: Path, rank: int = 0) -> dict:
-    return torch.load(folder / f"rank{rank}.pt")
+load = job.load
 
 
 def records(folder: Path, prefixes: tuple[str, ...]) -> list[dict]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -82,3 +83,21 @@ def check_at_grpo_step_moves_the_shared_policy(env_name: str, env_config: Mappin
     assert metrics["frac_reward_zero_std"] == 0.0 and metrics["policy/shared/optimizer_steps"] >= 1
     assert all(not torch.equal(a, b) for a, b in zip(before, after))
     assert {"agent/tool/turn_0/reward_mean", "agent/plan/turn_0/reward_mean"} <= set(metrics)
+
+
+def check_any_text_is_rewarded_finitely(reset_env: Any, agent_cls: type, text: str, tool_cls: type,
+                                        board: Callable[[Any], Any]) -> None:
+    """``text`` as ``agent_cls``'s answer on a copy of ``reset_env``: an action or a parse error, never both;
+    a finite local reward (the config's parse-error reward on a parse error), a task reward in [0, 1]; the tool
+    agent leaves ``board(env)`` as it was."""
+    env = reset_env.clone()
+    agent = agent_cls()
+    agent.update_from_env(0, env)
+    agent.update_from_model(text)
+    assert (agent.action is None) == (agent.parse_error is not None)
+    asyncio.run(agent.step(env))
+    assert math.isfinite(agent.local_reward) and 0.0 <= env.task_reward <= 1.0
+    if agent.parse_error is not None:
+        assert agent.local_reward == env.config.parse_error_reward and agent.failure == "parse_error"
+    if agent_cls is tool_cls:
+        assert board(env) == board(reset_env)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import itertools
-import math
 import random
 from collections import deque
 
@@ -39,7 +38,11 @@ from pettingllms.envs.blocksworld.state import (
 )
 from pettingllms.registry import list_agents, make_agents, make_env
 from pettingllms.scripted import OraclePolicy, RandomPolicy, play_episode
-from tests.helpers.game_checks import check_at_grpo_step_moves_the_shared_policy, check_tree_rollout_replays
+from tests.helpers.game_checks import (
+    check_any_text_is_rewarded_finitely,
+    check_at_grpo_step_moves_the_shared_policy,
+    check_tree_rollout_replays,
+)
 
 ABCD = block_names(4)
 # Start: C on A, B and D alone; goal: the tower A B C D (bottom to top). Shortest plan: 3 moves.
@@ -208,17 +211,7 @@ asyncio.run(_ENV_4.reset(1))
     st.sampled_from([BlocksworldToolAgent, BlocksworldPlanAgent, BlocksworldSingleAgent]),
 )
 def test_agents_reward_any_text_finitely_and_the_tool_never_moves_a_block(text, agent_cls):
-    env = _ENV_4.clone()
-    agent = agent_cls()
-    agent.update_from_env(0, env)
-    agent.update_from_model(text)
-    assert (agent.action is None) == (agent.parse_error is not None)
-    asyncio.run(agent.step(env))
-    assert math.isfinite(agent.local_reward) and 0.0 <= env.task_reward <= 1.0
-    if agent.parse_error is not None:
-        assert agent.local_reward == env.config.parse_error_reward and agent.failure == "parse_error"
-    if agent_cls is BlocksworldToolAgent:
-        assert env.state.stacks == _ENV_4.state.stacks
+    check_any_text_is_rewarded_finitely(_ENV_4, agent_cls, text, BlocksworldToolAgent, lambda env: env.state.stacks)
 
 
 # ---- planner and generator ----------------------------------------------------------------------------

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import itertools
-import math
 import random
 
 import pytest
@@ -30,7 +29,11 @@ from pettingllms.envs.eight_queens.solver import count_solutions, solve
 from pettingllms.envs.eight_queens.state import apply_actions, attacked_queens, attacking_pairs, is_solved
 from pettingllms.registry import list_agents, make_agents, make_env
 from pettingllms.scripted import OraclePolicy, RandomPolicy, play_episode
-from tests.helpers.game_checks import check_at_grpo_step_moves_the_shared_policy, check_tree_rollout_replays
+from tests.helpers.game_checks import (
+    check_any_text_is_rewarded_finitely,
+    check_at_grpo_step_moves_the_shared_policy,
+    check_tree_rollout_replays,
+)
 
 # 4 x 4 with one fixed queen at row 1, column 2 (0-based (0, 1)): the completion is 2 4 1 3.
 PUZZLE_4 = QueensPuzzle(4, frozenset({(0, 1)}))
@@ -197,17 +200,7 @@ asyncio.run(_ENV_8.reset(1))
     st.sampled_from([EightQueensToolAgent, EightQueensPlanAgent, EightQueensSingleAgent]),
 )
 def test_agents_reward_any_text_finitely_and_the_tool_never_moves_the_board(text, agent_cls):
-    env = _ENV_8.clone()
-    agent = agent_cls()
-    agent.update_from_env(0, env)
-    agent.update_from_model(text)
-    assert (agent.action is None) == (agent.parse_error is not None)
-    asyncio.run(agent.step(env))
-    assert math.isfinite(agent.local_reward) and 0.0 <= env.task_reward <= 1.0
-    if agent.parse_error is not None:
-        assert agent.local_reward == env.config.parse_error_reward and agent.failure == "parse_error"
-    if agent_cls is EightQueensToolAgent:
-        assert env.state.queens == _ENV_8.state.queens
+    check_any_text_is_rewarded_finitely(_ENV_8, agent_cls, text, EightQueensToolAgent, lambda env: env.state.queens)
 
 
 # ---- solver and generator -----------------------------------------------------------------------------
