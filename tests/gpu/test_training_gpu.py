@@ -16,8 +16,8 @@ from comlrl.rollout import GenerationRequest, HFBackend, SamplingParams
 from comlrl.scoring import completion_logprobs
 from comlrl.seeding import derive_seed
 from pettingllms.execution import PolicyConfig
-from pettingllms.trainer.at_grpo import ATGRPOTrainer
 from pettingllms.trainer.at_grpo_config import ATGRPOConfig
+from tests.helpers.bonus_trainer import BonusTrainer
 
 pytestmark = [
     pytest.mark.gpu,
@@ -71,15 +71,6 @@ def test_bf16_generation_and_scoring_agree_with_float32(tiny_model_path):
     assert error.mean().item() < BF16_MEAN_ABS
     assert error.max().item() < BF16_MAX_ABS
 
-
-class BonusTrainer(ATGRPOTrainer):
-    """0.5 reward per candidate index: the untrained model never parses, so its groups would all tie."""
-
-    def generate_and_score(self, problem_ids, step):
-        batch = super().generate_and_score(problem_ids, step)
-        for sample in batch.samples:
-            sample.group_reward += 0.5 * sample.candidate
-        return batch
 
 
 def at_grpo_trainer(tmp_path, model_path, level: str, **overrides):

@@ -60,16 +60,8 @@ def check_at_grpo_step_moves_the_shared_policy(env_name: str, env_config: Mappin
                                                 output_dir: str) -> None:
     """One AT-GRPO step (L1) changes every shared parameter, with every group at a non-zero reward spread, and
     logs per-agent, per-turn metrics."""
-    from pettingllms.trainer.at_grpo import ATGRPOTrainer
     from pettingllms.trainer.at_grpo_config import ATGRPOConfig
-
-    class BonusTrainer(ATGRPOTrainer):
-        # the untrained model never answers: 0.5 per candidate index gives every group a spread
-        def generate_and_score(self, problem_ids, step):
-            batch = super().generate_and_score(problem_ids, step)
-            for sample in batch.samples:
-                sample.group_reward += 0.5 * sample.candidate
-            return batch
+    from tests.helpers.bonus_trainer import BonusTrainer
 
     config = ATGRPOConfig(
         policy_level="L1", max_turns=1, problems_per_step=2, num_generations=2, max_completion_length=8,

@@ -18,17 +18,11 @@ from comlrl.trainers.core.trainer_core import TrainerCore
 from pettingllms.execution import EngineConfig, PolicyConfig, RolloutEngine, build_policy, build_router
 from pettingllms.trainer.at_grpo import ATGRPOTrainer
 from pettingllms.trainer.at_grpo_config import ATGRPOConfig
+from tests.helpers.bonus_trainer import BonusTrainer
 
 ENV = {"rows": 4, "cols": 4}
 POLICIES = {"L0": ["single"], "L1": ["shared"], "L2": ["tool", "plan"], "L3": ["tool", "plan"]}
 
-
-class BonusTrainer(ATGRPOTrainer):
-    def generate_and_score(self, problem_ids, step):
-        batch = super().generate_and_score(problem_ids, step)
-        for sample in batch.samples:
-            sample.group_reward += 0.5 * sample.candidate
-        return batch
 
 
 def make_trainer(tmp_path, model_path, level="L1", cls=BonusTrainer, name="run", **overrides):

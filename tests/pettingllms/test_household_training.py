@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from pettingllms.envs.household.generator import HouseholdSettings, compiled_game
-from pettingllms.trainer.at_grpo import ATGRPOTrainer
 from pettingllms.trainer.at_grpo_config import ATGRPOConfig
+from tests.helpers.bonus_trainer import BonusTrainer
 
 
 @pytest.fixture(scope="session")
@@ -22,13 +22,6 @@ def household_cache(tmp_path_factory) -> str:
     compiled_game(0, HouseholdSettings(), folder)
     return str(folder)
 
-
-class BonusTrainer(ATGRPOTrainer):
-    def generate_and_score(self, problem_ids, step):
-        batch = super().generate_and_score(problem_ids, step)
-        for sample in batch.samples:
-            sample.group_reward += 0.5 * sample.candidate
-        return batch
 
 
 @pytest.mark.slow

@@ -16,7 +16,8 @@ import torch
 from pettingllms.trainer import policy_update
 from pettingllms.trainer.at_grpo import ATGRPOTrainer
 from pettingllms.trainer.policy_update import PolicyUpdater, UpdateResult
-from tests.pettingllms.test_at_grpo_trainer import BonusTrainer, make_trainer, snapshot
+from tests.helpers.bonus_trainer import BonusTrainer
+from tests.pettingllms.test_at_grpo_trainer import make_trainer, snapshot
 
 
 def captured_step(tmp_path, model_path, **overrides):

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import torch
 
-from pettingllms.trainer.at_grpo import ATGRPOTrainer
 from pettingllms.trainer.at_grpo_config import ATGRPOConfig
+from tests.helpers.bonus_trainer import BonusTrainer
 
 
-class BonusTrainer(ATGRPOTrainer):
+class RecordingTrainer(BonusTrainer):
     def generate_and_score(self, problem_ids, step):
         batch = super().generate_and_score(problem_ids, step)
         self.samples = list(batch.samples)
-        for sample in batch.samples:
-            sample.group_reward += 0.5 * sample.candidate
         return batch
 
 
@@ -26,7 +24,7 @@ def test_a_short_at_grpo_run_on_search_changes_the_shared_policy(tmp_path, tiny_
     config = ATGRPOConfig(policy_level="L1", max_turns=1, problems_per_step=2, num_generations=2, max_completion_length=8,
                           max_steps=1, learning_rate=1e-2, per_device_train_batch_size=8, output_dir=str(tmp_path / "run"),
                           disable_tqdm=True, seed=1)
-    trainer = BonusTrainer(config, model=tiny_model_path, env_name="search",
+    trainer = RecordingTrainer(config, model=tiny_model_path, env_name="search",
                            env_config={"synthetic_hops": 1, "topk": 1, "max_passage_chars": 60})
     assert trainer.policy.policies == ["shared"]
     before = [p.detach().clone() for p in trainer.policy.trainable_parameters("shared")]

@@ -10,16 +10,8 @@ from __future__ import annotations
 import torch
 
 from pettingllms.envs.webshop import server
-from pettingllms.trainer.at_grpo import ATGRPOTrainer
 from pettingllms.trainer.at_grpo_config import ATGRPOConfig
-
-
-class BonusTrainer(ATGRPOTrainer):
-    def generate_and_score(self, problem_ids, step):
-        batch = super().generate_and_score(problem_ids, step)
-        for sample in batch.samples:
-            sample.group_reward += 0.5 * sample.candidate
-        return batch
+from tests.helpers.bonus_trainer import BonusTrainer
 
 
 def test_a_short_at_grpo_run_changes_the_shared_policy(tmp_path, tiny_model_path):

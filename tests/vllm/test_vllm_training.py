@@ -20,6 +20,7 @@ from comlrl.scoring import completion_logprobs
 from pettingllms.execution import PolicyConfig, build_policy
 from pettingllms.trainer.at_grpo import ATGRPOTrainer
 from pettingllms.trainer.at_grpo_config import ATGRPOConfig
+from tests.helpers.bonus_trainer import add_candidate_bonus
 from tests.helpers.trainer_helpers import madpo_values, plan_items, varied_reward
 
 pytestmark = pytest.mark.vllm
@@ -31,9 +32,7 @@ class BonusTrainer(ATGRPOTrainer):
     """A reward per candidate index (the untrained model never parses), and the samples of each step."""
 
     def generate_and_score(self, problem_ids, step):
-        batch = super().generate_and_score(problem_ids, step)
-        for sample in batch.samples:
-            sample.group_reward += 0.5 * sample.candidate
+        batch = add_candidate_bonus(super().generate_and_score(problem_ids, step))
         self.__dict__.setdefault("sampled", []).append(batch.samples)
         return batch
 
