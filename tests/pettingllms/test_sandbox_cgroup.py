@@ -20,7 +20,9 @@ from pettingllms.sandbox.cgroup import find_memory_cgroup
 needs_linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux")
 
 MEMORY_MB = 128
-LIMITS = dict(cpu_time_s=2, wall_time_s=5, memory_mb=MEMORY_MB, file_size_mb=1, scratch_mb=8,
+# Generous time limits: these runs must end on memory, and on a loaded machine page faults of 4 x 77 MiB
+# could reach a tight CPU or wall limit first.
+LIMITS = dict(cpu_time_s=10, wall_time_s=20, memory_mb=MEMORY_MB, file_size_mb=1, scratch_mb=8,
               max_processes=16, max_open_files=32, max_output_bytes=4096)
 # Four children each touching 0.6 x memory_mb at the same time: every process stays under the
 # per-process limit (RLIMIT_AS), the run as a whole needs 2.4 x memory_mb.
