@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import random
 
 import pytest
@@ -160,6 +161,34 @@ def test_the_hybrid_pipeline_runs_from_the_cli_and_its_madpo_stage_trains(tiny_m
     assert folders == ["sft", "eval_before", "at_grpo", "madpo_from_trees", "at_grpo_2", "eval"]
     metrics = next(e["metrics"] for e in state["completed"] if e["folder"] == "madpo_from_trees")
     assert metrics["pairs"] > 0 and metrics["updates"] > 0
+    before = load_file(run / "at_grpo" / "policies" / "shared" / "model.safetensors")
+    after = load_file(run / "madpo_from_trees" / "policies" / "shared" / "model.safetensors")
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_the_stage_s_preference_reference_is_the_policy_it_got(tiny_model_path, tmp_path, monkeypatch):
+    """``madpo_from_trees.preference_reference=initial``: the stage's reference is the policy the AT-GRPO stage
+    left, so its first update sees every margin at exactly 0 (loss ln 2), and it still trains."""
+    from safetensors.torch import load_file
+
+    from pettingllms.cli import main
+    from pettingllms.trainer.at_grpo import ATGRPOTrainer
+    from tests.helpers.bonus_trainer import add_candidate_bonus
+
+    original = ATGRPOTrainer.generate_and_score
+    monkeypatch.setattr(ATGRPOTrainer, "generate_and_score", lambda self, ids, step: add_candidate_bonus(original(self, ids, step)))
+    run = tmp_path / "run"
+    code = main(["train", "plan_path/L1", f"model.name={tiny_model_path}", f"run.output_dir={run}", "run.progress=false",
+                 "pipeline=[at_grpo, madpo_from_trees]", "eval.before_training=false", "env.max_turns=2",
+                 "rollout.num_generations=2", "rollout.max_completion_length=6", "at_grpo.max_steps=2",
+                 "at_grpo.problems_per_step=2", "madpo_from_trees.agent_learning_rate=1e-2",
+                 "madpo_from_trees.preference_reference=initial", "madpo_from_trees.logging_steps=1"])
+    assert code == 0
+    logged = [json.loads(line) for line in (run / "madpo_from_trees" / "metrics.jsonl").read_text().splitlines()]
+    updates = [r for r in logged if "loss" in r]
+    assert len(updates) >= 2
+    assert updates[0]["joint_margin"] == 0.0 and updates[0]["loss"] == pytest.approx(math.log(2), abs=1e-6)
+    assert any(r["joint_margin"] != 0.0 for r in updates[1:])
     before = load_file(run / "at_grpo" / "policies" / "shared" / "model.safetensors")
     after = load_file(run / "madpo_from_trees" / "policies" / "shared" / "model.safetensors")
     assert any(not torch.equal(before[k], after[k]) for k in before)

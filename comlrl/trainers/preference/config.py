@@ -62,6 +62,7 @@ __all__ = [
     "JOINT_MODE_ALIASES",
     "PARALLEL_TRAINING_ALIASES",
     "PARALLEL_TRAINING_MODES",
+    "PREFERENCE_REFERENCES",
     "REPORT_TO_CHOICES",
     "RL_ALGORITHMS",
     "RL_ALGORITHM_ALIASES",
@@ -84,6 +85,7 @@ SCORING_REWARD_ALIASES = {
     "learned": "reward_model",
 }
 RL_ALGORITHMS = ("magrpo", "mareinforce", "maremax", "marloo", "maac", "iac")
+PREFERENCE_REFERENCES = ("none", "initial")
 RL_ALGORITHM_ALIASES = {"mareforce": "mareinforce"}
 
 _SINGLE_TURN_NOTE = (
@@ -103,7 +105,8 @@ class MADPOConfig(VLLMFields, TrainerConfig):
 
     MADPO trains a team of agents directly on preferences between joint responses. Agent i's margin on a
     pair is `log π_i(w_i | x_i) − log π_i(l_i | x_i)`; the joint margin sums them over the agents and the
-    loss is `−log σ(dpo_beta · joint margin)`, reference-free. It is DPO
+    loss is `−log σ(dpo_beta · joint margin)`, reference-free (as the public library; `preference_reference`
+    adds DPO's frozen reference). It is DPO
     ([Rafailov et al., 2023](https://huggingface.co/papers/2305.18290)) on the team's joint margin, as in
     CoMLRL ([LLM Collaboration With Multi-Agent Reinforcement Learning, Liu et al., 2025]). Field names,
     defaults and aliases are those of the public CoMLRL 1.4.3 `MADPOConfig`; the differences are listed in
@@ -140,6 +143,11 @@ class MADPOConfig(VLLMFields, TrainerConfig):
 
         dpo_beta (`float`, *optional*, defaults to `0.1`):
             β of the MADPO loss `−log σ(β · joint margin)`; must be > 0.
+        preference_reference (`str`, *optional*, defaults to `"none"`):
+            `"none"`: the public, reference-free margin. `"initial"`: DPO's margin against a frozen copy of
+            the agents as they were when the trainer was built, `(log π_i(w) − log π_ref(w)) −
+            (log π_i(l) − log π_ref(l))` per agent (our extension; the copy goes on `reference_devices` and is
+            saved once in `output_dir/preference_reference` so a resumed run reloads it). No effect on MARLHF.
         environment_steps_per_pair (`int`, *optional*, defaults to `2`):
             `env_step` advance per trained pair.
         advantage_mode (`str`, *optional*, defaults to `"mean"`):
@@ -161,6 +169,11 @@ class MADPOConfig(VLLMFields, TrainerConfig):
 
     # Parameters that control training
     dpo_beta: float = help_field("Beta of the MADPO loss -log sigmoid(beta * joint margin) (> 0).", 0.1)
+    preference_reference: str = help_field(
+        "'none' (the public reference-free margin) or 'initial' (DPO's margin against a frozen copy of the "
+        "agents as the trainer got them).",
+        "none",
+    )
     environment_steps_per_pair: int = help_field("env_step advance per trained pair.", 2)
     advantage_mode: str = help_field(
         "MARLHF RL baseline: mean, raw, rloo or max (set by rl_algorithm).", "mean"
@@ -171,6 +184,7 @@ class MADPOConfig(VLLMFields, TrainerConfig):
     # Class-level switches for the subclasses (not fields).
     _iterative = False
     _uses_reference_kl = False
+    _uses_preference_reference = True
     _single_turn_note = _SINGLE_TURN_NOTE
 
     # -- step 1: canonical values -------------------------------------------------------------------
@@ -191,6 +205,9 @@ class MADPOConfig(VLLMFields, TrainerConfig):
             self.advantage_mode,
             ESTIMATORS,
             public="advantage_mode must be one of: mean, raw, max, rloo.",
+        )
+        self.preference_reference = canonical_choice(
+            "preference_reference", self.preference_reference, PREFERENCE_REFERENCES
         )
 
     # -- step 3: rules ------------------------------------------------------------------------------
@@ -220,7 +237,12 @@ class MADPOConfig(VLLMFields, TrainerConfig):
         if self.reference_kl_enabled and not self._uses_reference_kl:
             warn(
                 "`reference_kl_enabled=True` has no effect on MADPO: its loss is reference-free, so no "
-                "reference model is loaded"
+                "reference model is loaded (`preference_reference='initial'` adds DPO's reference)"
+            )
+        if self.preference_reference != "none" and not self._uses_preference_reference:
+            warn(
+                f"`preference_reference={self.preference_reference!r}` has no effect on MARLHF: it trains "
+                "by RL against the reward model (`reference_kl_enabled` is its reference)"
             )
 
     # -- derived values (and resolved_logging_dir, resolved_top_k, to_dict, from_dict) ------------------
@@ -313,6 +335,7 @@ class MARLHFConfig(RLStageFields, CriticFields, ValueHeadFields, MADPOConfig):
     output_dir: str = override_field(TrainerConfig, "output_dir", "outputs/marlhf", "(MARLHF: outputs/marlhf)")
 
     _uses_reference_kl = True
+    _uses_preference_reference = False
 
     def _normalize(self) -> None:
         super()._normalize()

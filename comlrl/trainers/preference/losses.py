@@ -5,6 +5,8 @@ i's margin is ``m_i = log pi_i(w_i | x_i) - log pi_i(l_i | x_i)`` (sums of token
 margin is ``M = sum_i m_i`` and the loss is ``-log sigmoid(beta * M)``. Agent i is trained on
 ``L_i = -log sigmoid(beta * (m_i + sum_{j != i} stopgrad(m_j)))``: its gradient flows only through its own
 margin, ``dL_i/dtheta_i = -beta * sigmoid(-beta * M) * dm_i/dtheta_i``, with a coefficient set by the team.
+With a frozen reference (``preference_reference="initial"``) each ``m_i`` is DPO's margin, the policy's minus
+the reference's (:func:`dpo_margins`); everything after is unchanged.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 __all__ = [
+    "dpo_margins",
     "joint_margin",
     "madpo_agent_losses",
     "madpo_loss",
@@ -39,6 +42,17 @@ def pair_margins(sequence_logprobs: torch.Tensor, num_pairs: int) -> torch.Tenso
             f"got shape {tuple(sequence_logprobs.shape)}"
         )
     return sequence_logprobs[:num_pairs] - sequence_logprobs[num_pairs:]
+
+
+def dpo_margins(policy_margins: torch.Tensor, reference_margins: torch.Tensor) -> torch.Tensor:
+    """DPO's margins: ``(log pi(w) - log pi_ref(w)) - (log pi(l) - log pi_ref(l))``, i.e. the policy's
+    ``winner - loser`` margins minus the reference's (constants: no gradient flows into the reference)."""
+    if policy_margins.shape != reference_margins.shape:
+        raise ValueError(
+            f"`policy_margins` {tuple(policy_margins.shape)} and `reference_margins` "
+            f"{tuple(reference_margins.shape)} differ in shape"
+        )
+    return policy_margins - reference_margins.detach().to(policy_margins.device, policy_margins.dtype)
 
 
 def joint_margin(margins: torch.Tensor) -> torch.Tensor:

@@ -36,12 +36,14 @@ from comlrl.trainers.core.optimization import accumulated_steps
 from comlrl.trainers.preference.base import PreferenceTrainerBase
 from comlrl.trainers.preference.config import MADPOConfig, MADPOIterConfig
 from comlrl.trainers.preference.losses import (
+    dpo_margins,
     madpo_agent_losses,
     pair_margins,
     preference_accuracy,
     sequence_logprob_sums,
 )
 from comlrl.trainers.preference.records import PreferencePair, ensure_token_ids
+from comlrl.trainers.preference.reference_margin import PreferenceReference
 from comlrl.trainers.preference.rounds import PreferenceRounds
 
 __all__ = ["MADPOIterTrainer", "MADPOTrainer", "shuffled_batches"]
@@ -54,7 +56,8 @@ def shuffled_batches(num_pairs: int, batch_size: int, seed: int) -> list[np.ndar
 
 
 class MADPOTrainer(PreferenceTrainerBase):
-    """Trains a team of agents directly on preferences between their joint responses (reference-free).
+    """Trains a team of agents directly on preferences between their joint responses (reference-free, or
+    against the frozen initial agents with ``preference_reference="initial"``).
 
     Takes the public CoMLRL constructor keywords (see :class:`PreferenceTrainerBase`) and a
     :class:`~comlrl.trainers.preference.MADPOConfig`.
@@ -65,6 +68,13 @@ class MADPOTrainer(PreferenceTrainerBase):
     """
 
     config_class = MADPOConfig
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # DPO's frozen reference (our extension), taken now: before any update.
+        self.preference_reference = (
+            self.add_part(PreferenceReference(self)) if self.args.preference_reference == "initial" else None
+        )
 
     # ------------------------------------------------------------------------------------ the epochs
     def learn_from_pairs(
@@ -109,7 +119,8 @@ class MADPOTrainer(PreferenceTrainerBase):
     def compute_margins(self, batch: Sequence[PreferencePair]) -> torch.Tensor:
         """Every agent's margin on every pair, ``[num_agents, len(batch)]``, with gradients.
 
-        One padded forward per agent scores its winner and loser completions together.
+        One padded forward per agent scores its winner and loser completions together (with
+        ``preference_reference="initial"`` one more, without gradients, of the frozen reference: DPO's margin).
         """
         margins: list[torch.Tensor | None] = []
         device = None
@@ -132,6 +143,12 @@ class MADPOTrainer(PreferenceTrainerBase):
                     requires_grad=True,
                 )
             margin = pair_margins(sequence_logprob_sums(logprobs, mask), len(batch))
+            if self.preference_reference is not None:
+                margin = dpo_margins(margin, self.preference_reference.margins(
+                    agent, prompts, completions[: len(batch)], completions[len(batch) :],
+                    pad_token_id=pad_token_id(handle.tokenizer),
+                    exclude_last_token=self.args.exclude_last_completion_token,
+                ))
             device = margin.device if device is None else device
             margins.append(margin.to(device))
         zeros = torch.zeros(len(batch), device=device if device is not None else "cpu")
