@@ -12,13 +12,16 @@ from comlrl.trainers.preference import (
     MADPOTrainer,
     OracleError,
 )
-from tests.helpers.trainer_helpers import assert_same_run, madpo_values, plan_items, varied_reward
+from tests.helpers.trainer_helpers import (
+    Interrupt,
+    assert_same_run,
+    crash_when_updates_seen,
+    madpo_values,
+    plan_items,
+    varied_reward,
+)
 
 ITEMS = plan_items(3)
-
-
-class Interrupt(Exception):
-    pass
 
 
 def make_reward(crash_when=None):
@@ -124,14 +127,7 @@ def test_base_run_interrupted_after_epoch_1_resumes_exactly(tiny_model_path, tmp
 
     crashed = trainer(out_b)
     steps_per_epoch = -(-len(done.rounds.pairs) // 2)
-    original = crashed.training_step
-
-    def crash_in_epoch_2(batch, where=""):
-        if crashed.updates_seen == steps_per_epoch + 1:
-            raise Interrupt("simulated crash")
-        return original(batch, where)
-
-    crashed.training_step = crash_in_epoch_2
+    crash_when_updates_seen(crashed, steps_per_epoch + 1)  # inside epoch 2
     with pytest.raises(Interrupt):
         crashed.train(checkpoint_dir=out_b / "ck")
 

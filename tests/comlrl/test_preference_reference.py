@@ -18,7 +18,9 @@ from comlrl.trainers.preference import MADPOConfig, MADPOIterConfig, MADPOTraine
 from comlrl.trainers.preference.losses import dpo_margins, madpo_loss
 from comlrl.trainers.preference.reference_margin import REFERENCE_DIR
 from tests.helpers.trainer_helpers import (
+    Interrupt,
     assert_same_run,
+    crash_when_updates_seen,
     madpo_values,
     plan_items,
     records,
@@ -87,23 +89,13 @@ def test_none_keeps_the_public_reference_free_margin(tiny_model_path, tmp_path):
 
 
 def test_a_resumed_run_reloads_the_saved_reference_and_ends_bitwise_equal(tiny_model_path, tmp_path):
-    class Interrupt(Exception):
-        pass
-
     out_a, out_b = tmp_path / "a", tmp_path / "b"
     done = trainer(out_a, tiny_model_path)
     done.train(checkpoint_dir=out_a / "ck")
 
     crashed = trainer(out_b, tiny_model_path)
     steps_per_epoch = -(-len(done.rounds.pairs) // 2)
-    original = crashed.training_step
-
-    def crash_in_epoch_2(batch, where=""):
-        if crashed.updates_seen == steps_per_epoch + 1:
-            raise Interrupt("simulated crash")
-        return original(batch, where)
-
-    crashed.training_step = crash_in_epoch_2
+    crash_when_updates_seen(crashed, steps_per_epoch + 1)  # inside epoch 2
     with pytest.raises(Interrupt):
         crashed.train(checkpoint_dir=out_b / "ck")
 

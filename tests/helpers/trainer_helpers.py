@@ -93,3 +93,19 @@ def assert_same_run(done, resumed, out_done, out_resumed, *, critics: bool = Fal
         for c1, c2 in zip(done.critics, resumed.critics):
             s1, s2 = c1.state_dict(), c2.state_dict()
             assert all(torch.equal(s1[k], s2[k]) for k in s1)
+
+
+class Interrupt(Exception):
+    """A simulated crash."""
+
+
+def crash_when_updates_seen(trainer, updates: int) -> None:
+    """Make ``trainer``'s next ``training_step`` raise :class:`Interrupt` once ``updates`` updates are done."""
+    original = trainer.training_step
+
+    def crashing(batch, where=""):
+        if trainer.updates_seen == updates:
+            raise Interrupt("simulated crash")
+        return original(batch, where)
+
+    trainer.training_step = crashing
