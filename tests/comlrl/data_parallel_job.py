@@ -29,9 +29,6 @@ Scenarios (test-tiny model, 4 items, the same global batches in both launches):
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -135,33 +132,21 @@ def first_checkpoint_inside_round_2(folder: Path) -> Path:
     raise AssertionError(f"no checkpoint inside round 2 in {folder}")
 
 
-def launch(model_path: str, out: Path, scenarios: list[str], timeout: int = 300) -> None:
-    """Run ``scenarios`` into ``out`` on two ranks: ``accelerate launch --multi_gpu --num_processes 2`` (gloo on
-    the loopback interface, one torch thread per rank)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-        "--main_process_port", str(port), __file__, model_path, str(out), *scenarios,
-    ]  # fmt: skip
-    # gloo connects its ranks over the interface the host name resolves to unless told otherwise: loopback only.
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, cwd=Path(__file__).parents[2])
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+def launch(model_path: str, out: Path, scenarios: list[str]) -> None:
+    """Run ``scenarios`` into ``out`` on two ranks (``accelerate launch --multi_gpu --num_processes 2``)."""
+    from tests.helpers.two_ranks import launch_two_ranks
+
+    launch_two_ranks(Path(__file__), [model_path, str(out), *scenarios])
 
 
 def one_and_two(root: Path, model_path: str, scenarios: list[str]) -> tuple[Path, Path]:
     """``(one-process folder, two-rank folder)`` under ``root``, each holding a folder per scenario: the two-rank
     launch first, then the same scenarios in this process (its torch thread count restored after)."""
+    from tests.helpers.two_ranks import in_this_process
+
     one, two = root / "one", root / "two"
     launch(model_path, two, scenarios)
-    threads = torch.get_num_threads()
-    try:
-        main([model_path, str(one), *scenarios])
-    finally:
-        torch.set_num_threads(threads)
+    in_this_process(main, [model_path, str(one), *scenarios])
     return one, two
 
 

@@ -26,10 +26,6 @@ invariance would hide.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -37,6 +33,7 @@ import torch
 
 from comlrl.checkpoint import read_trainer_state
 from pettingllms.trainer.at_grpo_config import ATGRPOConfig
+from tests.helpers.two_ranks import in_this_process, launch_two_ranks
 from tests.pettingllms import data_parallel_job as job
 
 pytestmark = pytest.mark.slow
@@ -47,31 +44,13 @@ SCENARIOS = ["l1_tree", "l1_resume", "l3_tree", "l1_grpo", "uneven", "sft"]
 JOB = Path(__file__).with_name("data_parallel_job.py")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, tiny_model_path):
     """``(one-process folder, two-rank folder)``, each holding a folder per scenario."""
     root = tmp_path_factory.mktemp("data-parallel")
     one, two = root / "one", root / "two"
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-        "--main_process_port", str(free_port()), str(JOB), tiny_model_path, str(two), *SCENARIOS,
-    ]
-    # gloo connects its ranks over the interface the host name resolves to unless told otherwise: loopback only.
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
-    threads = torch.get_num_threads()
-    try:
-        job.main([tiny_model_path, str(one), *COMPARED])
-    finally:
-        torch.set_num_threads(threads)
+    launch_two_ranks(JOB, [tiny_model_path, str(two), *SCENARIOS], timeout=240)
+    in_this_process(job.main, [tiny_model_path, str(one), *COMPARED])
     return one, two
 
 

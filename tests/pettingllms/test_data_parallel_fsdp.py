@@ -22,8 +22,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -33,8 +31,9 @@ import torch
 from comlrl.checkpoint import read_trainer_state
 from pettingllms.config import ConfigError, load_config
 from pettingllms.trainer import fsdp
+from tests.helpers.two_ranks import in_this_process, launch_two_ranks
 from tests.pettingllms import data_parallel_job as job
-from tests.pettingllms.test_data_parallel import ATOL, assert_same_weights, free_port, history, weights
+from tests.pettingllms.test_data_parallel import ATOL, assert_same_weights, history, weights
 
 SCENARIOS = ["l1_tree", "l1_resume", "l3_beta", "uneven", "sft"]
 COMPARED = ["l1_tree", "l3_beta", "sft"]
@@ -66,19 +65,9 @@ def runs(tmp_path_factory, tiny_model_path):
     one, two = root / "one", root / "two"
     config = root / "accelerate_fsdp.yaml"
     config.write_text(ACCELERATE_CONFIG)
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
-        "--main_process_port", str(free_port()), str(JOB), tiny_model_path, str(two), *SCENARIOS,
-    ]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELERATE_", "FSDP_"))}
-    env.update(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
-    threads = torch.get_num_threads()
-    try:
-        job.main([tiny_model_path, str(one), *COMPARED])
-    finally:
-        torch.set_num_threads(threads)
+    launch_two_ranks(JOB, [tiny_model_path, str(two), *SCENARIOS], launcher=["--config_file", str(config)], env=env)
+    in_this_process(job.main, [tiny_model_path, str(one), *COMPARED])
     return one, two
 
 

@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,8 +24,9 @@ from safetensors.torch import load_file
 
 from pettingllms.config import ConfigError, load_config
 from pettingllms.pipeline import Pipeline, check_pipeline
+from tests.helpers.two_ranks import launch_two_ranks
 from tests.pettingllms import data_parallel_pipeline_job as job
-from tests.pettingllms.test_data_parallel import ATOL, free_port, is_update_metric
+from tests.pettingllms.test_data_parallel import ATOL, is_update_metric
 
 JOB = Path(__file__).with_name("data_parallel_pipeline_job.py")
 POLICY_FOLDERS = ("sft/policies", "at_grpo/policies", "policies")
@@ -44,14 +42,7 @@ def runs(tmp_path_factory, tiny_model_path):
     root = tmp_path_factory.mktemp("data-parallel-pipeline")
     one, two = root / "one", root / "two"
     two.mkdir()
-    command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-        "--main_process_port", str(free_port()), str(JOB), tiny_model_path, str(two),
-    ]
-    done = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
-                          timeout=240)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    launch_two_ranks(JOB, [tiny_model_path, str(two)], timeout=240)
 
     overrides = job.arguments(tiny_model_path, one / "full")[2:]  # without `train plan_path/L1`
     threads, generate_and_score = torch.get_num_threads(), ATGRPOTrainer.generate_and_score

@@ -7,7 +7,6 @@ server on the same machine takes without NCCL) before the next generate."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,16 +19,11 @@ from comlrl.policy import MultiAgentPolicy
 from comlrl.rollout import GenerationRequest, HFBackend, SamplingParams
 from comlrl.rollout.vllm import VLLMBackend
 from comlrl.scoring import completion_logprobs
+from tests.helpers.two_ranks import free_port
 
 pytestmark = pytest.mark.vllm
 
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=12)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
