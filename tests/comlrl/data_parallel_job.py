@@ -45,6 +45,7 @@ from comlrl.trainers.preference import (
     MARLHFIterTrainer,
 )
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
+from tests.helpers.trainer_helpers import record_gradients
 
 ITEMS = [{"prompt": f"Task {i}: write a short plan."} for i in range(4)]
 LR = 1e-2
@@ -97,14 +98,7 @@ def build(scenario: str, model_path: str, out: Path):
 
 def run(model_path: str, out: Path, scenario: str) -> dict:
     trainer = build(scenario, model_path, out / scenario)
-    grads = []
-    for name, optimizer in trainer.gradient_steps.optimizers.items():
-
-        def hook(opt, args, kwargs, name=name):
-            flat = [p.grad.reshape(-1) for g in opt.param_groups for p in g["params"] if p.grad is not None]
-            grads.append((name, torch.cat(flat).clone()))
-
-        optimizer.register_step_pre_hook(hook)
+    grads = record_gradients(trainer)
     trainer.train()
     result = {
         "weights": {k: p.detach().clone() for n in trainer.policy.policies for k, p in trainer.policy.named_trainable_parameters(n)},

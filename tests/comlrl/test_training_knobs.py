@@ -31,6 +31,7 @@ from tests.helpers.trainer_helpers import (
     assert_same_run,
     madpo_values,
     plan_items,
+    record_gradients,
     records,
     varied_reward,
     weights,
@@ -50,19 +51,6 @@ def assert_close_weights(a, b, atol=0.05 * LR):
     assert a.keys() == b.keys()
     worst = max(float((a[k] - b[k]).abs().max()) for k in a)
     assert worst <= atol, worst
-
-
-def record_gradients(trainer):
-    """The gradient every optimizer steps with, per optimizer step, flattened."""
-    seen = []
-    for name, optimizer in trainer.gradient_steps.optimizers.items():
-
-        def hook(opt, args, kwargs, name=name):
-            grads = [p.grad.reshape(-1) for g in opt.param_groups for p in g["params"] if p.grad is not None]
-            seen.append((name, torch.cat(grads).clone()))
-
-        optimizer.register_step_pre_hook(hook)
-    return seen
 
 
 def assert_same_gradients(a, b, rtol=1e-4):

@@ -109,3 +109,16 @@ def crash_when_updates_seen(trainer, updates: int) -> None:
         return original(batch, where)
 
     trainer.training_step = crashing
+
+
+def record_gradients(trainer):
+    """The gradient every optimizer steps with, per optimizer step, flattened."""
+    seen = []
+    for name, optimizer in trainer.gradient_steps.optimizers.items():
+
+        def hook(opt, args, kwargs, name=name):
+            grads = [p.grad.reshape(-1) for g in opt.param_groups for p in g["params"] if p.grad is not None]
+            seen.append((name, torch.cat(grads).clone()))
+
+        optimizer.register_step_pre_hook(hook)
+    return seen

@@ -35,6 +35,8 @@ def launch_two_ranks(script: Path, args: Sequence[str], *, launcher: Sequence[st
                str(free_port()), str(script), *args]
     # gloo connects its ranks over the interface the host name resolves to unless told otherwise: loopback only.
     env = {**(os.environ if env is None else env), "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    path = env.get("PYTHONPATH")  # the job scripts import the test helpers
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + path if path else "")
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
 

@@ -37,18 +37,10 @@ from pathlib import Path
 import torch
 
 from pettingllms.trainer import distributed as dist
-from pettingllms.trainer.at_grpo import ATGRPOTrainer
 from pettingllms.trainer.at_grpo_config import ATGRPOConfig
+from tests.helpers.bonus_trainer import BonusTrainer
 
 ENV = {"rows": 4, "cols": 4}
-
-
-class BonusTrainer(ATGRPOTrainer):
-    def generate_and_score(self, problem_ids, step):
-        batch = super().generate_and_score(problem_ids, step)
-        for sample in batch.samples:
-            sample.group_reward += 0.5 * sample.candidate
-        return batch
 
 
 def at_grpo_values(scenario: str, out: Path) -> dict:

@@ -30,6 +30,8 @@ import os
 import sys
 from pathlib import Path
 
+from tests.helpers.bonus_trainer import add_candidate_bonus
+
 # The tiny pipeline of test_pipeline.py (test-tiny model, Plan-Path 4x4 with one turn, a warm start on 12
 # problems, AT-GRPO 2 steps of 2 problems, one per rank, with a checkpoint each, eval on 3 instances), cut so
 # that two ranks compute what one process does up to float summation order:
@@ -71,10 +73,7 @@ def with_candidate_bonus(generate_and_score):
     """``ATGRPOTrainer.generate_and_score`` with ``0.5 * candidate`` added to each sample's group reward."""
 
     def scored(self, problem_ids, step):
-        batch = generate_and_score(self, problem_ids, step)
-        for sample in batch.samples:
-            sample.group_reward += 0.5 * sample.candidate
-        return batch
+        return add_candidate_bonus(generate_and_score(self, problem_ids, step))
 
     return scored
 

@@ -138,16 +138,10 @@ def test_the_hybrid_pipeline_runs_from_the_cli_and_its_madpo_stage_trains(tiny_m
 
     from pettingllms.cli import main
     from pettingllms.trainer.at_grpo import ATGRPOTrainer
+    from tests.helpers.bonus_trainer import add_candidate_bonus
 
-    original = ATGRPOTrainer.generate_and_score
-
-    def bonus(self, problem_ids, step):  # an untrained model ties every group: give the candidates an order
-        batch = original(self, problem_ids, step)
-        for s in batch.samples:
-            s.group_reward += 0.5 * s.candidate
-        return batch
-
-    monkeypatch.setattr(ATGRPOTrainer, "generate_and_score", bonus)
+    original = ATGRPOTrainer.generate_and_score  # an untrained model ties every group: give the candidates an order
+    monkeypatch.setattr(ATGRPOTrainer, "generate_and_score", lambda self, ids, step: add_candidate_bonus(original(self, ids, step)))
     run = tmp_path / "run"
     code = main(["train", "plan_path/L1_hybrid", f"model.name={tiny_model_path}", f"run.output_dir={run}",
                  "run.progress=false", "sft.num_problems=4", "sft.epochs=1", "env.max_turns=2",

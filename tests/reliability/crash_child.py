@@ -103,15 +103,13 @@ def add_reward_bonus() -> None:
     reward and AT-GRPO's advantages are all 0. As in ``tests/pettingllms/test_at_grpo_trainer.py``, add 0.5
     per candidate index to each sample's reward: the updates then depend on the sampled data."""
     from pettingllms.trainer.at_grpo import ATGRPOTrainer
+    from tests.helpers.bonus_trainer import add_candidate_bonus
 
     original = ATGRPOTrainer.generate_and_score
 
     @functools.wraps(original)
     def with_bonus(self, problem_ids, step):
-        batch = original(self, problem_ids, step)
-        for sample in batch.samples:
-            sample.group_reward += 0.5 * sample.candidate
-        return batch
+        return add_candidate_bonus(original(self, problem_ids, step))
 
     ATGRPOTrainer.generate_and_score = with_bonus
 
