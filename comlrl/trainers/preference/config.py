@@ -85,8 +85,8 @@ SCORING_REWARD_ALIASES = {
     "learned": "reward_model",
 }
 RL_ALGORITHMS = ("magrpo", "mareinforce", "maremax", "marloo", "maac", "iac")
-PREFERENCE_REFERENCES = ("none", "initial")
 RL_ALGORITHM_ALIASES = {"mareforce": "mareinforce"}
+PREFERENCE_REFERENCES = ("none", "initial")  # MADPO's margin: reference-free, or against the initial agents
 
 _SINGLE_TURN_NOTE = (
     "MADPO, MADPOIter, MARLHF and MARLHFIter currently require num_turns=1 and joint_mode='aligned'"
