@@ -20,6 +20,7 @@ A stage interrupted before it ended runs again from its start (its replay folder
 from __future__ import annotations
 
 import dataclasses
+import logging
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,6 +34,8 @@ __all__ = ["REPLAY_DIR", "madpo_from_trees_settings", "run_madpo_from_trees", "t
            "tree_replay_sample_size"]
 
 REPLAY_DIR = "preference_replay"
+
+logger = logging.getLogger(__name__)
 
 
 def madpo_from_trees_settings(stage: str, config: Mapping[str, Any], stage_dir: str | Path, progress: bool = True):
@@ -102,6 +105,9 @@ def run_madpo_from_trees(context: StageContext) -> dict[str, float]:
         trainer = MADPOTrainer(policy=context.policy, formatters=oracle.formatters, reward_func=oracle.reward, args=args)
         if pairs:
             trainer.learn_from_pairs(pairs, round_index=0)
+        else:
+            logger.warning("stage %s: the trees of %d at_grpo step(s) in %s hold no preference pair (every decision point's "
+                           "candidates tied on reward), so it trains nothing", context.folder, len(rounds), source)
         trainer._flush_window()
         trainer.metrics_logger.close()
     finally:

@@ -186,3 +186,21 @@ def test_the_stage_s_preference_reference_is_the_policy_it_got(tiny_model_path, 
     before = load_file(run / "at_grpo" / "policies" / "shared" / "model.safetensors")
     after = load_file(run / "madpo_from_trees" / "policies" / "shared" / "model.safetensors")
     assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_a_stage_without_pairs_says_so(tiny_model_path, tmp_path, caplog):
+    """The untrained model never parses, so every candidate of a decision point ties: no pair, and a warning."""
+    from pettingllms.cli import main
+
+    run = tmp_path / "run"
+    with caplog.at_level("WARNING", logger="pettingllms.stages.madpo_from_trees"):
+        code = main(["train", "plan_path/L1", f"model.name={tiny_model_path}", f"run.output_dir={run}",
+                     "run.progress=false", "pipeline=[at_grpo, madpo_from_trees]", "eval.before_training=false",
+                     "env.max_turns=1", "rollout.num_generations=2", "rollout.max_completion_length=6",
+                     "at_grpo.max_steps=1", "at_grpo.problems_per_step=2"])
+    assert code == 0
+    state = json.loads((run / "pipeline_state.json").read_text())
+    metrics = next(e["metrics"] for e in state["completed"] if e["folder"] == "madpo_from_trees")
+    assert metrics["pairs"] == 0 and metrics["updates"] == 0
+    assert "stage madpo_from_trees: the trees of 1 at_grpo step(s) in" in caplog.text
+    assert "hold no preference pair (every decision point's candidates tied on reward)" in caplog.text
