@@ -35,7 +35,9 @@ from pettingllms.sandbox.result import SandboxError
 
 HARNESS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "judge_harness.py")
 VERDICT_STATUSES: tuple[str, ...] = ("passed", "wrong_answer", "runtime_error", "timeout", "output_limit",
-                                     "not_run")
+                                     "not_run", "test_error", "unsupported")
+#: Statuses that are the test's fault, never the program's: they count toward neither reward nor success.
+TEST_FAULTS: tuple[str, ...] = ("test_error", "unsupported")
 DEFAULT_OUTPUT_LIMIT_BYTES = 1 << 16
 STDERR_TAIL_BYTES = 2048
 # Characters of a test's stdout kept in its verdict (the comparison sees all of it, up to the cap).
@@ -49,32 +51,76 @@ _RECORD_OVERHEAD_BYTES = 200
 
 @dataclass(frozen=True)
 class TestCase:
-    """One test: ``stdin`` fed to the program and ``expected_stdout`` compared with what it prints, or
-    ``assertion``: code run after the program in its ``__main__`` namespace (``assert f(1) == 2``, or
-    a ``check(candidate)`` definition and call); it passes when the run exits with status 0."""
+    """One test, of one of three kinds (:attr:`kind`):
+
+    * ``stdio``: ``stdin`` is fed to the program and what it prints is compared with ``expected_stdout``
+      (outside the sandbox, :func:`compare_output`);
+    * ``assertion``: trusted test code (``assert f(1) == 2``, or HumanEval's ``check(candidate)``
+      definition and its call) run in the trusted evaluator, never in the candidate's process. There the
+      names ``entry_point`` and ``Solution`` are remote handles on the candidate's function and class
+      (see ``function_calls.py``), and ``setup`` (trusted code from the dataset, e.g. HumanEval's prompt
+      with its helpers ``poly`` / ``encode_cyclic``) runs first in the same namespace;
+    * ``call``: one call of the candidate with the plain values ``args`` (a tuple), passing when it
+      returns a value equal (``==``, on the trusted side) to ``expected``. With ``solution_class`` the
+      call is ``Solution().<entry_point>(*args)``. Nothing of a call test is executed as code: it is how
+      the tester's parsed tests are judged.
+
+    A program's exit status never makes a test pass.
+    """
 
     __test__ = False  # not a pytest class
 
     stdin: str = ""
     expected_stdout: str | None = None
     assertion: str | None = None
+    args: tuple | None = None
+    expected: Any = None
+    entry_point: str | None = None
+    setup: str = ""
+    solution_class: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.stdin, str):
             raise TypeError(f"`stdin` must be str, got {type(self.stdin).__name__}")
-        if (self.expected_stdout is None) == (self.assertion is None):
-            raise ValueError("a TestCase needs exactly one of `expected_stdout` and `assertion`")
+        given = [name for name in ("expected_stdout", "assertion", "args") if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ValueError("a TestCase needs exactly one of `expected_stdout`, `assertion` and `args`, got "
+                             + (", ".join(f"`{n}`" for n in given) or "none"))
         for name in ("expected_stdout", "assertion"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise TypeError(f"`{name}` must be str or None, got {type(value).__name__}")
+        if self.args is not None and not isinstance(self.args, tuple):
+            raise TypeError(f"`args` must be a tuple of plain values or None, got {type(self.args).__name__}")
+        if not isinstance(self.setup, str):
+            raise TypeError(f"`setup` must be str, got {type(self.setup).__name__}")
+        if self.kind != "stdio":
+            entry = self.entry_point
+            if not (isinstance(entry, str) and entry.isidentifier()):
+                raise ValueError(f"a{'n' if self.kind == 'assertion' else ''} {self.kind} test needs "
+                                 f"`entry_point`, the name of the candidate's function, got {entry!r}")
+        elif self.setup or self.entry_point is not None or self.solution_class:
+            raise ValueError("`setup`, `entry_point` and `solution_class` belong to assertion and call tests, "
+                             "not to a stdin/stdout test")
+
+    @property
+    def kind(self) -> str:
+        """``stdio``, ``assertion`` or ``call``."""
+        if self.expected_stdout is not None:
+            return "stdio"
+        return "assertion" if self.assertion is not None else "call"
 
 
 @dataclass(frozen=True)
 class TestVerdict:
     """The outcome of one (program, test): ``status`` in :data:`VERDICT_STATUSES`, the program's stdout
-    (first :data:`KEPT_OUTPUT_CHARS` characters), the tail of its stderr (for prompts), its exit code
-    (``None`` when killed or not run; a negative number is a signal) and its wall seconds."""
+    (first :data:`KEPT_OUTPUT_CHARS` characters), the tail of its stderr or, for assertion and call tests,
+    what the trusted side saw (the failed assertion, the value returned), its exit code (``None`` when
+    killed, not run or judged by the trusted side; a negative number is a signal) and its wall seconds.
+
+    ``test_error`` (the trusted test code failed before any call of the candidate returned) and
+    ``unsupported`` (the test passes something that is not plain data, e.g. a lambda) are the test's
+    fault, not the program's: they count toward neither reward nor success (:attr:`counted`)."""
 
     __test__ = False
 
@@ -91,6 +137,11 @@ class TestVerdict:
     @property
     def passed(self) -> bool:
         return self.status == "passed"
+
+    @property
+    def counted(self) -> bool:
+        """Whether this verdict says something about the program (not a test error or unsupported test)."""
+        return self.status not in TEST_FAULTS
 
 
 class VerdictCache:

@@ -39,6 +39,7 @@ COMPARE_MODES = ("exact", "whitespace", "float")
 FLOAT_TOLERANCE = 1e-6
 # Only plain decimal numbers count as floats ("nan", "inf", "1_000" compare as text).
 _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\Z")
+_FLOAT_MARK = re.compile(r"[.eE]")
 
 
 # --------------------------------------------------------------------------- output comparison (pure)
@@ -53,7 +54,9 @@ def _lines_of_tokens(text):
 def _tokens_match(actual, expected, tolerance):
     if actual == expected:
         return True
-    if not (_NUMBER.match(actual) and _NUMBER.match(expected)):
+    # Only an expected token written as a float (a point or an exponent) gets the tolerance: an integer
+    # answer compares exactly ("3.0" is not "3", and print(a / b) for a // b is a real bug).
+    if not (_NUMBER.match(actual) and _NUMBER.match(expected)) or not _FLOAT_MARK.search(expected):
         return False
     a, e = float(actual), float(expected)
     if not (math.isfinite(a) and math.isfinite(e)):
@@ -66,8 +69,10 @@ def compare_output(actual, expected, mode="float", tolerance=FLOAT_TOLERANCE):
 
     ``exact``: identical strings. ``whitespace``: the same tokens line by line, ignoring how much
     whitespace separates them, trailing whitespace and trailing blank lines. ``float``: as
-    ``whitespace``, and two numeric tokens also match when they differ by at most ``tolerance``
-    absolutely or relatively to the expected value (as the APPS and CodeContests judges do).
+    ``whitespace``, and a numeric token also matches an expected token written as a float (with a ``.``
+    or an exponent) when they differ by at most ``tolerance`` absolutely or relatively to the expected
+    value (as the APPS and CodeContests judges do for real answers); an expected integer token compares
+    exactly, as text.
     """
     if mode not in COMPARE_MODES:
         raise ValueError(f"`mode` must be one of {list(COMPARE_MODES)}, got {mode!r}")

@@ -50,13 +50,20 @@ def test_compare_exact_whitespace_and_float():
     assert not compare_output("1 2 3\n", "1 2\n3\n", "whitespace")
     assert not compare_output("1\n\n2\n", "1\n2\n", "whitespace")
     assert not compare_output("0.3000001\n", "0.3\n", "whitespace")
-    # Floats: |a - e| <= 1e-6 absolutely or relatively to the expected value.
+    # Floats: |a - e| <= 1e-6 absolutely or relatively to an expected value written as a float.
     assert compare_output("0.30000000000000004\n", "0.3\n", "float")
     assert compare_output("0.3000009\n", "0.3\n", "float")
     assert not compare_output("0.300002\n", "0.3\n", "float")
-    assert compare_output("1000000.5\n", "1000000\n", "float")  # relative: 0.5 <= 1e-6 * 1e6
-    assert not compare_output("1000002\n", "1000000\n", "float")
-    assert compare_output("1 2.0000000001 abc\n", "1.0 2 abc", "float")
+    assert compare_output("1000000.5\n", "1000000.0\n", "float")  # relative: 0.5 <= 1e-6 * 1e6
+    assert compare_output("100000.0\n", "1e5\n", "float") and compare_output("3\n", "3.0\n", "float")
+    assert not compare_output("1000002\n", "1000000.0\n", "float")
+    assert compare_output("1.0 2.0000000001 abc\n", "1.0 2.0 abc", "float")
+    # An expected integer compares exactly: a float printed for an integer answer, or an off-by-one on a
+    # large answer, is wrong (1e-6 relative of 1e11 would forgive 1e5).
+    assert not compare_output("3.0\n", "3\n", "float")
+    assert not compare_output("100000000001\n", "100000000000\n", "float")
+    assert not compare_output("1000000.5\n", "1000000\n", "float")
+    assert not compare_output("1 2.0000000001 abc\n", "1.0 2 abc", "float")
     assert not compare_output("abd\n", "abc\n", "float")
     # Only plain decimal numbers are numbers: these compare as text.
     assert not compare_output("nan\n", "nan1\n", "float") and compare_output("nan\n", "nan\n", "float")
@@ -82,10 +89,21 @@ def test_spacing_never_changes_a_tolerant_verdict(lines, gaps, trail):
 
 
 def test_test_case_and_verdict_checks():
-    with pytest.raises(ValueError, match="exactly one of `expected_stdout` and `assertion`"):
+    with pytest.raises(ValueError, match="exactly one of `expected_stdout`, `assertion` and `args`, got none"):
         TestCase(stdin="1")
-    with pytest.raises(ValueError, match="exactly one"):
-        TestCase(expected_stdout="1", assertion="assert True")
+    with pytest.raises(ValueError, match="exactly one.*got `expected_stdout`, `assertion`"):
+        TestCase(expected_stdout="1", assertion="assert f(1)", entry_point="f")
+    with pytest.raises(ValueError, match="assertion test needs `entry_point`"):
+        TestCase(assertion="assert f(1) == 2")
+    with pytest.raises(ValueError, match="call test needs `entry_point`.*'f x'"):
+        TestCase(args=(1,), expected=2, entry_point="f x")
+    with pytest.raises(TypeError, match="`args` must be a tuple"):
+        TestCase(args=[1], expected=2, entry_point="f")
+    with pytest.raises(ValueError, match="`setup`, `entry_point` and `solution_class` belong"):
+        TestCase(expected_stdout="1", entry_point="f")
+    assert [TestCase(expected_stdout="1").kind, TestCase(assertion="f()", entry_point="f").kind,
+            TestCase(args=(), expected=None, entry_point="f").kind] == ["stdio", "assertion", "call"]
+    assert TestVerdict(status="test_error").counted is False and TestVerdict(status="wrong_answer").counted
     with pytest.raises(TypeError, match="`stdin`"):
         TestCase(stdin=b"1", expected_stdout="1")
     with pytest.raises(ValueError, match="`status`"):
