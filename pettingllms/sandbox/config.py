@@ -137,6 +137,13 @@ class SandboxConfig:
         if self.python is not None and not self.python.startswith("/"):
             raise ValueError(f"`python` must be an absolute path, got {self.python!r}")
         self.python_args = tuple(self.python_args)
+        optimizing = [arg for arg in self.python_args if arg.startswith("-O") or arg == "-OO"]
+        if optimizing:
+            raise ValueError(f"`python_args` must not hold {optimizing[0]!r}: -O compiles assertions away, "
+                             f"and the judge's tests are assertions")
+        if "PYTHONOPTIMIZE" in self.extra_env:
+            raise ValueError("`extra_env` must not set PYTHONOPTIMIZE: it compiles assertions away, and the "
+                             "judge's tests are assertions")
         for key, value in self.extra_env.items():
             if not (isinstance(key, str) and isinstance(value, str)) or "=" in key or not key:
                 raise ValueError(f"`extra_env` entries must be str -> str with no '=' in the name, "

@@ -30,10 +30,13 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from pettingllms.sandbox.judge_harness import COMPARE_MODES, FLOAT_TOLERANCE, compare_output
+from pettingllms.sandbox import function_calls
+from pettingllms.sandbox.compare import COMPARE_MODES, FLOAT_TOLERANCE, compare_output
 from pettingllms.sandbox.result import SandboxError
 
-HARNESS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "judge_harness.py")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+HARNESS_PATH = os.path.join(_HERE, "judge_harness.py")
+FUNCTION_CALLS_PATH = os.path.join(_HERE, "function_calls.py")
 VERDICT_STATUSES: tuple[str, ...] = ("passed", "wrong_answer", "runtime_error", "timeout", "output_limit",
                                      "not_run", "test_error", "unsupported")
 #: Statuses that are the test's fault, never the program's: they count toward neither reward nor success.
@@ -90,8 +93,14 @@ class TestCase:
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise TypeError(f"`{name}` must be str or None, got {type(value).__name__}")
-        if self.args is not None and not isinstance(self.args, tuple):
-            raise TypeError(f"`args` must be a tuple of plain values or None, got {type(self.args).__name__}")
+        if self.args is not None:
+            if not isinstance(self.args, tuple):
+                raise TypeError(f"`args` must be a tuple of plain values or None, got {type(self.args).__name__}")
+            for name in ("args", "expected"):
+                try:
+                    function_calls.encode(getattr(self, name))
+                except function_calls.NotPlainData as exc:
+                    raise TypeError(f"`{name}` of a call test must be plain data: {exc}") from None
         if not isinstance(self.setup, str):
             raise TypeError(f"`setup` must be str, got {type(self.setup).__name__}")
         if self.kind != "stdio":
@@ -189,10 +198,14 @@ def verdict_cache(pool: Any) -> VerdictCache:
         return cache
 
 
-def _harness_source() -> str:
+def harness_source() -> str:
+    """The harness program: ``judge_harness.py`` with the call protocol's source prepended (inside the
+    sandbox neither file is importable by name)."""
     if not _HARNESS_SOURCE:
+        with open(FUNCTION_CALLS_PATH, encoding="utf-8") as f:
+            calls = f.read()
         with open(HARNESS_PATH, encoding="utf-8") as f:
-            _HARNESS_SOURCE.append(f.read())
+            _HARNESS_SOURCE.append(f"_FUNCTION_CALLS_SOURCE = {calls!r}\n" + f.read())
     return _HARNESS_SOURCE[0]
 
 
@@ -200,9 +213,33 @@ def _digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode("utf-8")).hexdigest()
 
 
+def _test_key(test: TestCase) -> list:
+    if test.kind == "call":
+        return ["call", function_calls.encode(test.args), function_calls.encode(test.expected), test.entry_point,
+                test.solution_class]
+    return [test.kind, test.stdin, test.expected_stdout, test.assertion, test.entry_point, test.setup,
+            test.solution_class]
+
+
 def digest_of_tests(tests: list[TestCase]) -> str:
     """A stable hash of a test set (the cache key's test part)."""
-    return _digest([[t.stdin, t.expected_stdout, t.assertion] for t in tests])
+    return _digest([_test_key(t) for t in tests])
+
+
+def _trusted_part(test: TestCase, index: int) -> dict:
+    """What the trusted evaluator runs for a function-style test (never sent to the candidate)."""
+    part = {"index": index, "entry_point": test.entry_point, "setup": test.setup,
+            "solution_class": test.solution_class}
+    if test.kind == "assertion":
+        part["assertion"] = test.assertion
+    else:
+        part.update(args=function_calls.encode(test.args), expected=function_calls.encode(test.expected))
+    return part
+
+
+def _frame(tag: str, obj: Any) -> str:
+    data = json.dumps(obj, ensure_ascii=True)  # ASCII: the frame's length in characters is its length in bytes
+    return f"{tag} {len(data)}\n{data}"
 
 
 def _chunks(count: int, output_limit: int, pool_cap: int) -> list[range]:
@@ -224,19 +261,46 @@ def _verdict(record: dict, test: TestCase, mode: str) -> TestVerdict:
     """Turn one harness record into a verdict (the comparison happens here, outside the sandbox)."""
     out, err = _decode(record["stdout"]), _decode(record["stderr"])
     kind, code = record["kind"], record["code"]
-    common = {"output": out[:KEPT_OUTPUT_CHARS], "error": err, "seconds": record["seconds"]}
+    common = {"output": out[:KEPT_OUTPUT_CHARS], "seconds": record["seconds"]}
     if kind in ("timeout", "output_limit"):
-        return TestVerdict(status=kind, **common)
+        return TestVerdict(status=kind, error=err, **common)
+    if test.kind != "stdio":
+        return _function_verdict(record, err, common)
     if kind == "signal":
-        return TestVerdict(status="runtime_error", returncode=-code, **common)
+        return TestVerdict(status="runtime_error", error=err, returncode=-code, **common)
+    if kind != "exit":
+        raise SandboxError(f"the judge harness reported a {kind!r} record for a stdin/stdout test")
     if code != 0:
-        status = "runtime_error"
-        if test.assertion is not None and err.rstrip().rsplit("\n", 1)[-1].startswith("AssertionError"):
-            status = "wrong_answer"
-        return TestVerdict(status=status, returncode=code, **common)
-    if test.expected_stdout is not None and not compare_output(out, test.expected_stdout, mode):
-        return TestVerdict(status="wrong_answer", returncode=0, **common)
-    return TestVerdict(status="passed", returncode=0, **common)
+        return TestVerdict(status="runtime_error", error=err, returncode=code, **common)
+    if not compare_output(out, test.expected_stdout, mode):
+        return TestVerdict(status="wrong_answer", error=err, returncode=0, **common)
+    return TestVerdict(status="passed", error=err, returncode=0, **common)
+
+
+# What the trusted evaluator may answer, and the statuses they become.
+_EVALUATOR_STATUSES = {"passed": "passed", "wrong_answer": "wrong_answer", "runtime_error": "runtime_error",
+                       "test_error": "test_error", "unsupported": "unsupported", "timeout": "timeout",
+                       "aborted": "timeout"}
+
+
+def _function_verdict(record: dict, err: str, common: dict) -> TestVerdict:
+    """An assertion or call test: the trusted evaluator's verdict decides, never the exit status. What the
+    candidate printed to stderr follows the evaluator's message (a traceback of a program that failed to
+    load is what a coder needs to see)."""
+    if record["kind"] == "lost":
+        message = "the test's trusted evaluator is gone (stopped or killed from the candidate's process)"
+        return TestVerdict(status="runtime_error", error=_joined(message, err), **common)
+    verdict = record.get("verdict")
+    if record["kind"] != "verdict" or not isinstance(verdict, dict):
+        raise SandboxError(f"the judge harness sent a function-test record without a verdict: {record!r:.200}")
+    status = _EVALUATOR_STATUSES.get(verdict.get("status"))
+    if status is None:
+        raise SandboxError(f"the trusted evaluator answered an unknown status: {verdict!r:.200}")
+    return TestVerdict(status=status, error=_joined(str(verdict.get("message", "")), err), **common)
+
+
+def _joined(message: str, stderr: str) -> str:
+    return message if not stderr.strip() else f"{message}\n{stderr}" if message else stderr
 
 
 def _parse(stdout: str) -> tuple[bool, dict[int, dict]]:
@@ -259,15 +323,20 @@ async def _launch(pool: Any, program: str, tests: list[TestCase], indices: range
                   output_limit: int, stop: bool, mode: str) -> list[TestVerdict | None]:
     """One sandbox launch for ``tests[indices]``; ``None`` for tests the harness did not report."""
     chunk = [tests[i] for i in indices]
-    payload = {"program": program, "tests": [{"stdin": t.stdin, "assertion": t.assertion} for t in chunk],
-               "time_limit_s": time_limit, "output_limit_bytes": output_limit,
-               "stderr_tail_bytes": STDERR_TAIL_BYTES, "stop_on_failure": stop,
-               "sweep": bool(getattr(pool, "pid_isolated", False))}
+    trusted = [_trusted_part(t, offset) for offset, t in enumerate(chunk) if t.kind != "stdio"]
+    candidate = {"program": program,
+                 "tests": [{"kind": "stdio", "stdin": t.stdin} if t.kind == "stdio" else {"kind": "function"}
+                           for t in chunk],
+                 "time_limit_s": time_limit, "output_limit_bytes": output_limit,
+                 "stderr_tail_bytes": STDERR_TAIL_BYTES, "stop_on_failure": stop,
+                 "sweep": bool(getattr(pool, "pid_isolated", False))}
+    # The trusted frame first: the harness's keeper reads it before any process a candidate runs in exists.
+    payload = (_frame("T", {"tests": trusted}) if trusted else "T 0\n") + _frame("C", candidate)
     wall = LAUNCH_SLACK_S + len(chunk) * (time_limit + PER_TEST_SLACK_S)
     if hasattr(pool, "run_harness"):
-        result = await pool.run_harness(_harness_source(), json.dumps(payload), timeout=wall)
+        result = await pool.run_harness(harness_source(), payload, timeout=wall)
     else:
-        result = await pool.run(_harness_source(), stdin=json.dumps(payload), timeout=wall)
+        result = await pool.run(harness_source(), stdin=payload, timeout=wall)
     ready, records = _parse(result.stdout)
     if not ready:
         raise SandboxError(f"the judge harness did not start ({result.status}, limit={result.limit}): "
@@ -368,5 +437,6 @@ __all__ = [
     "compare_output",
     "run_tests",
     "digest_of_tests",
+    "harness_source",
     "verdict_cache",
 ]

@@ -1,95 +1,116 @@
-"""Test harness that the judge runs inside the sandbox, and the output comparison it shares with the judge.
+"""Test harness that the judge runs inside the sandbox (standard library only: it runs as ``python -I``).
 
-The judge (``judge.py``) sends a JSON payload to it, either through the slot's warm server (this file
-run as ``--serve``, see "the warm server" below) or, where the pool has none, as the program of one
-:meth:`SandboxPool.run` with the payload on stdin: ``{"program": str, "tests": [{"stdin": str, "assertion": str | null}, ...],
-"time_limit_s": float, "output_limit_bytes": int, "stderr_tail_bytes": int, "stop_on_failure": bool, "sweep": bool}`` (``sweep``: the run has its own pid
-namespace, so the harness may kill every other process of it after each test).
-Standard library only (it runs as ``python -I`` in the sandbox, before any site-packages matter), it
+The judge (``judge.py``) sends it one payload per program, either through the slot's warm server (this
+file run as ``--serve``, see "the warm server" below) or, where the pool has none, as the program of one
+:meth:`SandboxPool.run` with the payload on stdin. The judge prepends ``_FUNCTION_CALLS_SOURCE`` (the text
+of ``function_calls.py``) to this file's text; it is loaded from there, never imported by name.
 
-1. writes the program to ``solution.py``, pre-imports modules solutions often use, makes itself
-   non-dumpable (a test's process cannot open its file descriptors through ``/proc`` to forge results),
-   and prints ``{"ready": true}``;
-2. for each test forks a child from this warm process. The child gets the test's input as fd 0 and
-   pipes as fd 1 and 2, fresh ``sys.std*`` objects, a fresh ``__main__`` module and ``sys.argv``,
-   and runs the program (then the test's assertion code, if any) at the top level of this script, so
-   that ``sys.exit``, uncaught exceptions, ``atexit`` and the flushing of ``print`` output are the
-   interpreter's own, as in a normal run. The parent kills the child's process group at the time limit
-   or when its output passes the cap;
+The payload is two frames, each a header line ``T <n>`` / ``C <n>`` and ``n`` bytes of JSON:
+
+* ``T``, the **trusted part**: what function-style tests run on the trusted side, ``{"tests": [{"index": i,
+  "entry_point", "setup", "solution_class", "assertion" | "args" + "expected"}, ...]}`` (empty, ``T 0``,
+  when every test is stdin/stdout). It is read by the **keeper**, a process forked from the harness
+  before the harness reads anything else, so that no process a candidate runs in ever held a test's code
+  or expected values in its memory;
+* ``C``, the **candidate part**: ``{"program": str, "tests": [{"kind": "stdio", "stdin": str} | {"kind":
+  "function"}], "time_limit_s", "output_limit_bytes", "stderr_tail_bytes", "stop_on_failure", "sweep"}``
+  (``sweep``: the run has its own pid namespace, so the harness may kill what a test left behind).
+
+Then it
+
+1. writes the program to ``solution.py``, makes itself non-dumpable (no process of the same uid can read
+   its memory or open its file descriptors through ``/proc``) and prints ``{"ready": true}``;
+2. for each test forks a **candidate** child from itself (fresh ``sys.std*``, ``__main__`` and
+   ``sys.argv``; the program runs at the top level, so ``sys.exit``, uncaught exceptions, ``atexit`` and
+   output flushing are the interpreter's own, as in ``python solution.py``). A stdin/stdout test feeds
+   the input on fd 0 and captures fd 1 and 2. A function-style test gives the candidate a socket on fd 3
+   as well: after its program ran it only answers calls there (``function_calls.serve_calls``). The
+   keeper forks a fresh **trusted evaluator** for that test, hands it the other end of the socket and
+   reports its verdict (``function_calls.evaluate``); the candidate's exit status plays no part in it.
+   The harness kills the candidate's process group (and has the keeper kill the evaluator) at the time
+   limit or when its output passes the cap;
 3. prints one JSON line per test that ran: ``{"i": index, "kind": "exit" | "signal" | "timeout" |
-   "output_limit", "code": int | null, "stdout": base64, "stderr": base64 (tail), "seconds": float}``.
+   "output_limit" | "verdict" | "lost", "code": int | null, "verdict": {...} | null, "stdout": base64,
+   "stderr": base64 (tail), "seconds": float}`` (``verdict``: the trusted evaluator's, for function tests;
+   ``lost``: the keeper is gone, which only the candidate can have caused).
 
-Nothing expected by a stdin/stdout test is sent here: the trusted side compares outputs with
-:func:`compare_output`. Assertion code must run next to the program, so a hostile program could read
-or defeat it; the judge guards against accidents, not against a program built to fake an assertion.
+Nothing expected by a stdin/stdout test is sent here: the judge compares outputs outside the sandbox.
+The candidate, the keeper and the evaluators share the sandbox uid: a candidate can kill or stop them
+(its test then fails), but cannot read or write their memory or descriptors (they are non-dumpable and
+it never holds their sockets), and it never sees a test's code, a call's expected value or a verdict.
 """
 
 import base64
 import json
 import math
 import os
-import re
 import select
 import signal
+import socket
 import sys
 import time
+import types
 
 PROGRAM_FILE = "solution.py"
-COMPARE_MODES = ("exact", "whitespace", "float")
-FLOAT_TOLERANCE = 1e-6
-# Only plain decimal numbers count as floats ("nan", "inf", "1_000" compare as text).
-_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\Z")
-_FLOAT_MARK = re.compile(r"[.eE]")
+#: The candidate's end of a function test's call socket.
+CHANNEL_FD = 3
+#: Seconds the keeper and an evaluator may take beyond a test's time limit before they count as gone.
+KEEPER_SLACK_S = 5.0
+_CONTROL_BYTES = 1 << 16
 
 
-# --------------------------------------------------------------------------- output comparison (pure)
-def _lines_of_tokens(text):
-    """Whitespace-split tokens per line; trailing whitespace and trailing blank lines do not count."""
-    lines = [line.split() for line in text.replace("\r\n", "\n").split("\n")]
-    while lines and not lines[-1]:
-        lines.pop()
-    return lines
+def _load_module(name, source):
+    module = types.ModuleType(name)
+    exec(compile(source, f"{name}.py", "exec", dont_inherit=True, optimize=0), module.__dict__)
+    return module
 
 
-def _tokens_match(actual, expected, tolerance):
-    if actual == expected:
-        return True
-    # Only an expected token written as a float (a point or an exponent) gets the tolerance: an integer
-    # answer compares exactly ("3.0" is not "3", and print(a / b) for a // b is a real bug).
-    if not (_NUMBER.match(actual) and _NUMBER.match(expected)) or not _FLOAT_MARK.search(expected):
-        return False
-    a, e = float(actual), float(expected)
-    if not (math.isfinite(a) and math.isfinite(e)):
-        return False
-    return abs(a - e) <= tolerance or abs(a - e) <= tolerance * abs(e)
+_FC = None
 
 
-def compare_output(actual, expected, mode="float", tolerance=FLOAT_TOLERANCE):
-    """Whether a program's stdout ``actual`` matches ``expected``.
+def _function_calls():
+    """The call protocol module, from the source the judge prepended (loaded once per process tree)."""
+    global _FC
+    if _FC is None:
+        _FC = _load_module("function_calls", globals()["_FUNCTION_CALLS_SOURCE"])
+    return _FC
 
-    ``exact``: identical strings. ``whitespace``: the same tokens line by line, ignoring how much
-    whitespace separates them, trailing whitespace and trailing blank lines. ``float``: as
-    ``whitespace``, and a numeric token also matches an expected token written as a float (with a ``.``
-    or an exponent) when they differ by at most ``tolerance`` absolutely or relatively to the expected
-    value (as the APPS and CodeContests judges do for real answers); an expected integer token compares
-    exactly, as text.
-    """
-    if mode not in COMPARE_MODES:
-        raise ValueError(f"`mode` must be one of {list(COMPARE_MODES)}, got {mode!r}")
-    if mode == "exact":
-        return actual == expected
-    got, want = _lines_of_tokens(actual), _lines_of_tokens(expected)
-    if len(got) != len(want):
-        return False
-    for got_line, want_line in zip(got, want):
-        if len(got_line) != len(want_line):
-            return False
-        if mode == "whitespace":
-            if got_line != want_line:
-                return False
-        elif not all(_tokens_match(a, e, tolerance) for a, e in zip(got_line, want_line)):
-            return False
-    return True
+
+# --------------------------------------------------------------------------- reading the payload
+def _read_exact(fd, size):
+    chunks, left = [], size
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            raise EOFError(f"the input ended {left} bytes before the end of the payload")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read_line(fd, limit=1 << 16):
+    """One line from a raw fd, byte by byte (nothing past the newline is consumed); b"" at end."""
+    data = bytearray()
+    while len(data) < limit:
+        byte = os.read(fd, 1)
+        if not byte or byte == b"\n":
+            return bytes(data)
+        data += byte
+    raise ValueError("header line too long")
+
+
+def _frame_size(fd, tag):
+    line = _read_line(fd)
+    name, _, size = line.partition(b" ")
+    if name != tag or not size.isdigit():
+        raise ValueError(f"expected a {tag.decode()} frame header, got {line[:40]!r}")
+    return int(size)
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 # --------------------------------------------------------------------------- the harness (in the sandbox)
@@ -98,7 +119,7 @@ def _emit(record):
     sys.stdout.flush()
 
 
-def _non_dumpable(value):
+def _set_dumpable(value):
     try:
         import ctypes
 
@@ -112,138 +133,405 @@ def _stdin_fd(data):
         fd = os.memfd_create("stdin", 0)
     else:
         fd = os.open(".", os.O_TMPFILE | os.O_RDWR, 0o600)
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+    _write_all(fd, data)
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
 
 
-def _child_setup(stdin_fd, out_w, err_w, time_limit):
-    """In the forked child: its own process group, the test's fds, a CPU limit near the time limit."""
+def _cpu_limit(time_limit):
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    want = int(math.ceil(time_limit)) + 1
+    if soft == resource.RLIM_INFINITY or soft > want:
+        resource.setrlimit(resource.RLIMIT_CPU, (want, hard))
+
+
+def _child_setup(stdin_fd, out_w, err_w, channel_fd, time_limit):
+    """In the forked candidate: its own process group, the test's fds, a CPU limit near the time limit."""
     import resource
 
     os.setpgid(0, 0)
     os.dup2(stdin_fd, 0)
     os.dup2(out_w, 1)
     os.dup2(err_w, 2)
-    os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    want = int(math.ceil(time_limit)) + 1
-    if soft == resource.RLIM_INFINITY or soft > want:
-        resource.setrlimit(resource.RLIMIT_CPU, (want, hard))
+    keep = 3
+    if channel_fd is not None:
+        os.dup2(channel_fd, CHANNEL_FD)
+        keep = CHANNEL_FD + 1
+    os.closerange(keep, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    _cpu_limit(time_limit)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # Python's own default at start-up
 
 
-def _supervise(pid, out_r, err_r, start, time_limit, out_cap, tail):
-    """Read the child's output until it ends, the time limit passes or the output passes the cap."""
-    out, err, err_total = bytearray(), bytearray(), 0
-    open_fds = [out_r, err_r]
+class _Output:
+    """A test's captured output: stdout up to the cap, the tail of stderr, and whether either passed the cap."""
+
+    def __init__(self, out_r, err_r, cap, tail):
+        self.out_r, self.err_r, self.cap, self.tail = out_r, err_r, cap, tail
+        self.open = [out_r, err_r]
+        self.out, self.err, self.err_total = bytearray(), bytearray(), 0
+
+    def read(self, ready):
+        for fd in ready:
+            if fd not in self.open:
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                self.open.remove(fd)
+            elif fd == self.out_r:
+                self.out += chunk
+            else:
+                self.err_total += len(chunk)
+                self.err = (self.err + chunk)[-self.tail:]
+
+    @property
+    def over_cap(self):
+        return len(self.out) > self.cap or self.err_total > self.cap
+
+    def record(self, kind, code, seconds, **extra):
+        return {"kind": kind, "code": code, "stdout": base64.b64encode(bytes(self.out[:self.cap])).decode(),
+                "stderr": base64.b64encode(bytes(self.err)).decode(), "seconds": round(seconds, 6), **extra}
+
+
+def _kill_group(pid):
+    try:
+        os.killpg(pid, signal.SIGKILL)  # the test's process group: the candidate and what it started
+    except OSError:
+        pass
+
+
+def _supervise(pid, output, start, time_limit):
+    """A stdin/stdout test: read the candidate's output until it ends, the time limit passes or the output
+    passes the cap."""
     ended, exited_at, wstatus = None, None, None
-    while open_fds:
+    while output.open:
         now = time.monotonic()
         if exited_at is None and now >= start + time_limit:
             ended = "timeout"
             break
         if exited_at is not None and now > exited_at + 0.05:
             break  # something the program started still holds its pipes
-        ready, _, _ = select.select(open_fds, [], [], 0.05)
-        for fd in ready:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                open_fds.remove(fd)
-            elif fd == out_r:
-                out += chunk
-            else:
-                err_total += len(chunk)
-                err = (err + chunk)[-tail:]
-        if len(out) > out_cap or err_total > out_cap:
+        output.read(select.select(output.open, [], [], 0.05)[0])
+        if output.over_cap:
             ended = "output_limit"
             break
-        if exited_at is None and open_fds:
+        if exited_at is None and output.open:
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
                 exited_at, wstatus = time.monotonic(), status
     seconds = time.monotonic() - start
-    try:
-        os.killpg(pid, signal.SIGKILL)  # the test's process group: the child and what it started
-    except OSError:
-        pass
+    _kill_group(pid)
     if wstatus is None:
         _, wstatus = os.waitpid(pid, 0)
-    if ended is None:
-        if os.WIFSIGNALED(wstatus):
-            sig = os.WTERMSIG(wstatus)
-            ended = "timeout" if sig == signal.SIGXCPU else "signal"
-            code = sig
-        else:
-            ended, code = "exit", os.WEXITSTATUS(wstatus)
-    else:
-        code = None
-    return {"kind": ended, "code": code, "stdout": base64.b64encode(bytes(out[:out_cap])).decode(),
-            "stderr": base64.b64encode(bytes(err)).decode(), "seconds": round(seconds, 6)}
+    if ended is not None:
+        return output.record(ended, None, seconds)
+    if os.WIFSIGNALED(wstatus):
+        sig = os.WTERMSIG(wstatus)
+        return output.record("timeout" if sig == signal.SIGXCPU else "signal", sig, seconds)
+    return output.record("exit", os.WEXITSTATUS(wstatus), seconds)
 
 
-def _sweep_namespace(timeout=2.0):
-    """In the run's own pid namespace: kill whatever the test left outside its process group (a
-    setsid() daemon) and wait until pid 1 has reaped it, so that the next test cannot even see it as a
-    zombie. Never without a pid namespace: -1 would then mean every process of this uid on the host."""
-    me = os.getpid()
+def _supervise_call_test(pid, output, start, time_limit, keeper, index):
+    """A function-style test: it ends with the trusted evaluator's verdict (via the keeper), at the time
+    limit or when the candidate's output passes the cap; the candidate's exit decides nothing."""
+    ended, verdict, wstatus = None, None, None
+    deadline = start + time_limit
+    while True:
+        now = time.monotonic()
+        if now >= deadline:
+            ended = "timeout"
+            break
+        watch = [*output.open, keeper.sock.fileno()]
+        ready = select.select(watch, [], [], min(0.05, deadline - now))[0]
+        if keeper.sock.fileno() in ready:
+            verdict = keeper.verdict(index)
+            if verdict is None:
+                ended = "lost"
+                break
+        output.read(ready)
+        if output.over_cap:
+            ended = "output_limit"
+            break
+        if verdict is not None:
+            break
+        if wstatus is None:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                wstatus = status
+    seconds = time.monotonic() - start
+    _kill_group(pid)
+    if verdict is None and ended != "lost":
+        keeper.abort(index)
+    output.read(select.select(output.open, [], [], 0)[0])  # what it wrote before it was killed
+    if wstatus is None:
+        _, wstatus = os.waitpid(pid, 0)
+    code = os.WEXITSTATUS(wstatus) if os.WIFEXITED(wstatus) else -os.WTERMSIG(wstatus)
+    if ended is None and os.WIFSIGNALED(wstatus) and os.WTERMSIG(wstatus) == signal.SIGXCPU \
+            and verdict.get("status") != "passed":
+        ended = "timeout"  # the CPU limit ended the program mid-call
+    if ended is not None:
+        return output.record(ended, code, seconds, verdict=None)
+    return output.record("verdict", code, seconds, verdict=verdict)
+
+
+def _sweep_namespace(keep=(), timeout=2.0):
+    """In the run's own pid namespace: kill whatever the test left (a setsid() daemon, a stray fork) and
+    wait until it is reaped, so that the next test cannot even see it as a zombie. Spares pid 1, this
+    harness and ``keep`` (the keeper). Never without a pid namespace: there /proc shows the host."""
+    spared = {1, os.getpid(), *keep}
     deadline = time.monotonic() + timeout
     while True:
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except OSError:
-            pass
-        # Only pid 1 (init or the warm server, root) and this harness belong here between tests.
-        others = [name for name in os.listdir("/proc") if name.isdigit() and int(name) not in (1, me)]
+        others = [int(name) for name in os.listdir("/proc") if name.isdigit() and int(name) not in spared]
         if not others or time.monotonic() > deadline:
             return
+        for pid in others:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
         time.sleep(0.0005)
 
 
-def _serve(payload):
-    """The parent's loop (never returns there). Returns in a forked child: the assertion to run or None."""
+class _Keeper:
+    """The harness's handle on the keeper: the process that holds the trusted part and forks one trusted
+    evaluator per function-style test (see :func:`_keeper_main`)."""
+
+    def __init__(self, sock, pid):
+        self.sock, self.pid, self.alive = sock, pid, True
+
+    def _receive(self, timeout):
+        if not select.select([self.sock], [], [], timeout)[0]:
+            return None
+        try:
+            data = self.sock.recv(_CONTROL_BYTES)
+        except OSError:
+            data = b""
+        if not data:
+            self.alive = False
+            return None
+        return json.loads(data)
+
+    def wait_ready(self):
+        message = self._receive(60.0)
+        if not (message or {}).get("ready"):
+            raise RuntimeError(f"the keeper did not start: {message!r}")
+
+    def run(self, index, channel, time_limit):
+        try:
+            socket.send_fds(self.sock, [json.dumps({"run": index, "time_limit_s": time_limit}).encode()],
+                            [channel])
+        except OSError:
+            self.alive = False
+
+    def verdict(self, index):
+        """The verdict of test ``index`` (the keeper's next message), or None when the keeper is gone."""
+        message = self._receive(0) if self.alive else None
+        if message is None or message.get("verdict") != index:
+            self._lose()
+            return None
+        return message["result"]
+
+    def abort(self, index):
+        """Have the keeper kill the evaluator of test ``index`` and wait for it to say so."""
+        if not self.alive:
+            return
+        try:
+            self.sock.send(json.dumps({"abort": index}).encode())
+        except OSError:
+            self._lose()
+            return
+        message = self._receive(KEEPER_SLACK_S)
+        if message is None or message.get("verdict") != index:
+            self._lose()
+
+    def _lose(self):
+        """The keeper died, stalled or spoke out of turn: only a candidate can have caused that. It is
+        killed; every later function test fails."""
+        self.alive = False
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _start_keeper(fd, size, setup):
+    """Fork the keeper; it reads the trusted frame (``size`` bytes) from ``fd``. Returns once it has read
+    it (the candidate frame follows in the stream)."""
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:
+        mine.close()
+        try:
+            _keeper_main(theirs, fd, size, setup)
+        finally:
+            os._exit(70)
+    theirs.close()
+    keeper = _Keeper(mine, pid)
+    message = keeper._receive(60.0)
+    if not (message or {}).get("read"):
+        raise RuntimeError(f"the keeper did not read the trusted part: {message!r}")
+    return keeper
+
+
+def _keeper_main(sock, fd, size, setup):
+    """The keeper's life: read the trusted part, set up like a program process, then fork one trusted
+    evaluator per test the harness asks for and pass its verdict on. Never returns."""
+    trusted = {test["index"]: test for test in json.loads(_read_exact(fd, size))["tests"]}
+    sock.send(b'{"read": true}')
+    null = os.open(os.devnull, os.O_RDWR)
+    for target in (fd, 1):  # the payload stream and the harness's record stream are never ours
+        os.dup2(null, target)
+    os.close(null)
+    setup()
+    _set_dumpable(0)
+    fc = _function_calls()
+    names = set()
+    for test in trusted.values():
+        names.update(fc.stdlib_names(test.get("setup", "") + "\n" + test.get("assertion", "")))
+    for name in names:  # once here, not once per evaluator
+        try:
+            __import__(name)
+        except Exception:  # noqa: BLE001 - the evaluator's NameError says what is missing
+            pass
+    sock.send(json.dumps({"ready": True}).encode())
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, _CONTROL_BYTES, 1)
+        except OSError:
+            os._exit(0)
+        if not data:
+            os._exit(0)  # the harness is done
+        request = json.loads(data)
+        if "run" not in request or len(fds) != 1:
+            for extra in fds:
+                os.close(extra)
+            continue  # an abort that crossed a verdict already sent
+        index = request["run"]
+        result = _run_evaluator(trusted[index], fds[0], sock, float(request["time_limit_s"]))
+        sock.send(json.dumps({"verdict": index, "result": result}).encode())
+
+
+def _run_evaluator(test, channel, sock, time_limit):
+    """Fork a fresh trusted evaluator for ``test`` on ``channel`` and wait for its verdict, until the
+    harness aborts the test or the time limit (with slack) passes."""
+    verdict_r, verdict_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            sock.close()
+            os.close(verdict_r)
+            null = os.open(os.devnull, os.O_RDWR)
+            os.dup2(null, 2)  # the test's own prints and tracebacks go nowhere
+            os.close(null)
+            _cpu_limit(time_limit)
+            _set_dumpable(0)
+            result = _function_calls().evaluate(test, channel)
+            _write_all(verdict_w, json.dumps(result).encode())
+        finally:
+            os._exit(0)
+    os.close(verdict_w)
+    os.close(channel)
+    deadline = time.monotonic() + time_limit + KEEPER_SLACK_S
+    data, result = bytearray(), None
+    while result is None:
+        left = deadline - time.monotonic()
+        ready = select.select([verdict_r, sock], [], [], max(left, 0))[0] if left > 0 else []
+        if not ready:
+            result = {"status": "timeout", "message": "the trusted evaluator ran past the time limit"}
+        elif sock in ready:
+            message = sock.recv(_CONTROL_BYTES)
+            if not message:
+                os._exit(0)
+            result = {"status": "aborted", "message": "the test was stopped"}
+        else:
+            chunk = os.read(verdict_r, 1 << 16)
+            if chunk:
+                data += chunk
+                continue
+            try:
+                result = json.loads(data)
+            except ValueError:
+                result = {"status": "runtime_error", "message": "the trusted evaluator ended without a verdict "
+                          "(it was killed)"}
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    os.waitpid(pid, 0)
+    os.close(verdict_r)
+    return result
+
+
+def _serve(payload, keeper):
+    """The harness's loop (never returns there). Returns in a forked candidate child: its test's kind."""
     time_limit = float(payload["time_limit_s"])
     out_cap, tail = int(payload["output_limit_bytes"]), int(payload["stderr_tail_bytes"])
+    keep = (keeper.pid,) if keeper is not None else ()
     for index, test in enumerate(payload["tests"]):
-        stdin_fd = _stdin_fd(test["stdin"].encode("utf-8"))
+        function = test["kind"] == "function"
+        stdin_fd = _stdin_fd(test.get("stdin", "").encode("utf-8"))
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        candidate_end = evaluator_end = None
+        if function:
+            candidate_end, evaluator_end = socket.socketpair()
         sys.stdout.flush()
         sys.stderr.flush()
         start = time.monotonic()
         pid = os.fork()
         if pid == 0:
             try:
-                _child_setup(stdin_fd, out_w, err_w, time_limit)
+                # Detached, not closed: a socket object's finalizer would close its fd number, which
+                # may be the call channel's by then.
+                channel = candidate_end.detach() if candidate_end is not None else None
+                for sock in (evaluator_end, None if keeper is None else keeper.sock):
+                    if sock is not None:
+                        sock.detach()
+                _child_setup(stdin_fd, out_w, err_w, channel, time_limit)
             except BaseException:  # noqa: BLE001 - never return into the parent's loop
                 os._exit(121)
-            _non_dumpable(1)
-            return test.get("assertion")
+            _set_dumpable(1)
+            return test["kind"]
         try:
             os.setpgid(pid, pid)  # also here: no race with the kill below
         except OSError:
             pass
         for fd in (stdin_fd, out_w, err_w):
             os.close(fd)
-        record = _supervise(pid, out_r, err_r, start, time_limit, out_cap, tail)
+        output = _Output(out_r, err_r, out_cap, tail)
+        if function:
+            candidate_end.close()
+            if keeper is not None and keeper.alive:
+                keeper.run(index, evaluator_end.fileno(), time_limit)
+            evaluator_end.close()
+            if keeper is not None and keeper.alive:
+                record = _supervise_call_test(pid, output, start, time_limit, keeper, index)
+            else:  # the keeper is gone (or there never was a trusted part): nothing can judge this test
+                _kill_group(pid)
+                os.waitpid(pid, 0)
+                record = output.record("lost", None, time.monotonic() - start, verdict=None)
+        else:
+            record = _supervise(pid, output, start, time_limit)
         os.close(out_r)
         os.close(err_r)
         if payload.get("sweep"):
-            _sweep_namespace()
+            _sweep_namespace(keep)
         record["i"] = index
         _emit(record)
-        if payload["stop_on_failure"] and not (record["kind"] == "exit" and record["code"] == 0):
+        passed = (record["kind"] == "verdict" and record["verdict"].get("status") == "passed") if function \
+            else (record["kind"] == "exit" and record["code"] == 0)
+        if payload["stop_on_failure"] and not passed:
             break
     sys.stdout.flush()
+    if keeper is not None:
+        keeper.sock.close()
     os._exit(0)
 
 
 def _fresh_main(path):
     """Fresh stdio objects, ``sys.argv`` and ``__main__`` module, as the interpreter makes them."""
     import builtins
-    import types
 
     old = sys.stdout
     sys.stdin = sys.__stdin__ = open(0, encoding=old.encoding, newline="\n", closefd=False)
@@ -268,19 +556,24 @@ def _fresh_main(path):
     return module.__dict__
 
 
-def _run_program(namespace, source, path, assertion):
-    """Run the program (and the assertion) as ``python path`` would; returns the exit status."""
+def _exit_status(exc):
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code & 0xFF
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+def _run_candidate(namespace, source, path, kind):
+    """Run the program as ``python path`` would and, for a function test, then answer calls on
+    :data:`CHANNEL_FD` until the evaluator is done; returns the exit status."""
     try:
         exec(compile(source, path, "exec"), namespace)
-        if assertion is not None:
-            exec(compile(assertion, "<test>", "exec"), namespace)
+        if kind == "function":
+            _function_calls().serve_calls(CHANNEL_FD, namespace)
     except SystemExit as exc:
-        if exc.code is None:
-            return 0
-        if isinstance(exc.code, int):
-            return exc.code & 0xFF
-        print(exc.code, file=sys.stderr)
-        return 1
+        return _exit_status(exc)
     except BaseException:  # noqa: BLE001 - an uncaught exception: traceback, status 1
         sys.excepthook(*sys.exc_info())
         return 1
@@ -303,20 +596,45 @@ def _finish(status):
     os._exit(status)
 
 
-def _judge(payload):
-    """Write the program, announce readiness, and serve the tests. Returns only in a forked test child,
-    where it runs the program; never returns in the harness process."""
+def _no_setup():
+    pass
+
+
+def _judge(fd, setup=_no_setup):
+    """Read the payload from ``fd`` (the trusted frame into the keeper, the candidate frame here), run
+    ``setup`` (the warm server's per-program isolation), announce readiness and serve the tests. Returns
+    only in a forked candidate child, where it runs the program; never returns in the harness process."""
+    if sys.flags.optimize:  # assertions would be compiled away: never judge under -O
+        sys.stderr.write("the judge harness refuses to run with -O\n")
+        os._exit(2)
+    _set_dumpable(0)
+    trusted_size = _frame_size(fd, b"T")
+    keeper = _start_keeper(fd, trusted_size, setup) if trusted_size else None
+    payload = json.loads(_read_exact(fd, _frame_size(fd, b"C")))
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, fd)  # the payload stream is never the program's to read
+    os.close(null)
+    setup()
+    _set_dumpable(0)  # again: a change of uid resets it
+    if keeper is not None:
+        keeper.wait_ready()
     path = os.path.abspath(PROGRAM_FILE)
     with open(path, "w", encoding="utf-8") as f:
         f.write(payload["program"])
-    _non_dumpable(0)
     _emit({"ready": True})
-    assertion = _serve(payload)
-    # Only a forked test child gets here. Drop the payload: the program sees no other test.
-    del payload
+    kind = _serve(payload, keeper)
+    # Only a forked candidate child gets here. Drop the payload: the program sees no other test.
+    del payload, keeper
     with open(path, encoding="utf-8") as f:
         source = f.read()
-    _finish(_run_program(_fresh_main(path), source, path, assertion))
+    _finish(_run_candidate(_fresh_main(path), source, path, kind))
+
+
+def _scrub_sys_path():
+    # Nothing importable from where programs write (the working directory, the script's folder): the
+    # keeper and its evaluators import standard modules lazily.
+    here = {"", os.getcwd(), os.path.dirname(os.path.abspath(sys.argv[0])) if sys.argv and sys.argv[0] else ""}
+    sys.path[:] = [entry for entry in sys.path if entry not in here]
 
 
 def _warm_imports():
@@ -331,88 +649,46 @@ def _warm_imports():
 
 
 # --------------------------------------------------------------------------- the warm server (pid 1)
-# ``python -I judge_harness.py --serve [--cgroup-fd N]``, exec'd by the launcher's init as pid 1 of the
+# ``python -I -c <this file> --serve [--cgroup-fd N]``, exec'd by the launcher's init as pid 1 of the
 # sandbox's namespaces, still privileged, once per pool worker slot. Protocol on its stdin: one line with the
 # launch spec (JSON, see launcher.py), then per program a header line ``{"nonce": str, "size": n}``
-# followed by ``n`` bytes of the harness payload. On its stdout: ``{"server_ready": true}`` once, then
-# per program the harness's own lines and, after a newline, ``{"done": nonce, "kind": "exit" |
+# followed by ``n`` bytes of the harness payload (its two frames). On its stdout: ``{"server_ready": true}``
+# once, then per program the harness's own lines and, after a newline, ``{"done": nonce, "kind": "exit" |
 # "signal", "code": n, "cpu": s, "stderr": base64 tail, "stderr_bytes": n}``.
 #
-# Per program it forks one process that joins the slot's memory cgroup (when the pool has one: fd N),
-# reads the payload (the server never holds a program, so no program's text or tests can reach a later
-# one through its memory), unshares a new mount and IPC
-# namespace with a fresh tmpfs scratch (no file or SysV/POSIX IPC object outlives the program), applies
-# the rlimits, drops to the slot's sandbox uid with no_new_privs, and runs the harness as above. When
-# that process ends, the server kills every other process of the pid namespace (``kill(-1)`` from its
-# pid 1) and reaps them all before it reports, so nothing of a program is alive when the next starts.
+# Per program it forks one process that joins the slot's memory cgroup (when the pool has one: fd N) and
+# runs the harness on the server's stdin: the keeper (forked first) reads the trusted frame, the harness
+# the candidate frame, each from the stream itself (the server never holds a program or a test, so none
+# can reach a later one through its memory). Each then unshares a new mount and IPC namespace with a
+# fresh tmpfs scratch (no file or SysV/POSIX IPC object outlives the program), applies the rlimits and
+# drops to the slot's sandbox uid with no_new_privs. When the program process ends, the server kills every
+# other process of the pid namespace (``kill(-1)`` from its pid 1) and reaps them all before it reports,
+# so nothing of a program is alive when the next starts.
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 SERVER_STDERR_TAIL = 1 << 16
 
 
-def _read_exact(fd, size):
-    chunks, left = [], size
-    while left:
-        chunk = os.read(fd, min(left, 1 << 20))
-        if not chunk:
-            raise EOFError(f"stdin ended {left} bytes before the end of the payload")
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
-
-
-def _read_line(fd, limit=1 << 16):
-    """One line from a raw fd, byte by byte (nothing past the newline is consumed); b"" at end."""
-    data = bytearray()
-    while len(data) < limit:
-        byte = os.read(fd, 1)
-        if not byte:
-            return bytes(data)
-        if byte == b"\n":
-            return bytes(data)
-        data += byte
-    raise ValueError("header line too long")
-
-
-def _write_all(fd, data):
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
 def _load_launcher(source):
     """The launcher module from its source (the pool sends it: inside the sandbox the checkout may be
     out of sight, e.g. under a /tmp that the sandbox replaces), not put in sys.modules: programs never
     see it by name."""
-    import types
-
-    module = types.ModuleType("_sandbox_launcher")
-    exec(compile(source, "launcher.py", "exec"), module.__dict__)
-    return module
+    return _load_module("_sandbox_launcher", source)
 
 
-def _program_process(spec, launcher, size, cgroup_fd):
-    """In the per-program child: memory cgroup, payload, fresh namespaces and scratch, limits, uid.
-    Returns the payload."""
-    if cgroup_fd is not None:  # first: everything this process and its tests allocate is charged to it
-        launcher.join_cgroup(cgroup_fd)
-    data = _read_exact(0, size)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)  # the server's request stream is never the program's to read
-    os.close(null)
+def _isolate(spec, launcher):
+    """In the program process and the keeper, after each read its frame: a fresh mount and IPC namespace
+    with a scratch tmpfs, the limits and the sandbox uid, and the signal dispositions of a fresh
+    interpreter (the server is pid 1 with the defaults)."""
     ret = launcher._libc.unshare(launcher.ctypes.c_int(CLONE_NEWNS | CLONE_NEWIPC))
     launcher._check(ret, "unshare", "unshare(CLONE_NEWNS | CLONE_NEWIPC)")
     launcher.mount_scratch(spec)
     launcher.drop_privileges(spec)
-    # The dispositions a freshly started interpreter has (the server is pid 1 with the defaults).
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    payload = json.loads(data)
-    del data
-    return payload
 
 
 def _reap_everything(program_pid):
@@ -457,34 +733,51 @@ def _await_program(pid, err_fd):
     return wstatus, usage, tail, total
 
 
+def _program_process(spec, launcher, cgroup_fd):
+    """In the per-program child: its memory cgroup; returns the isolation step the harness runs after
+    the payload is read (a set-up failure there ends this program only, with status 70)."""
+    if cgroup_fd is not None:  # first: everything this process and its tests allocate is charged to it
+        launcher.join_cgroup(cgroup_fd)
+
+    def setup():
+        try:
+            _isolate(spec, launcher)
+        except BaseException as exc:  # noqa: BLE001 - reported on stderr, the pool raises SandboxError
+            try:
+                _write_all(2, f"sandbox set-up failed: {exc!r}\n".encode())
+            finally:
+                os._exit(70)
+
+    return setup
+
+
 def _server_main(cgroup_fd):
     """``cgroup_fd``: the slot's memory cgroup's ``cgroup.procs``, opened by the launcher (or None)."""
-    spec = json.loads(_read_line(0))
+    spec = json.loads(_read_line(0, limit=1 << 24))  # it carries the launcher's and this file's text
     launcher = _load_launcher(spec.pop("launcher_source"))
     _warm_imports()
+    _function_calls()
     _write_all(1, b'{"server_ready": true}\n')
     while True:
         header = _read_line(0)
         if not header:
             os._exit(0)  # the pool closed the stream
         request = json.loads(header)
-        nonce, size = str(request["nonce"]), int(request["size"])
+        nonce = str(request["nonce"])
         err_fd = os.memfd_create("harness-stderr", 0)  # bounded by the program's RLIMIT_FSIZE
         pid = os.fork()
         if pid == 0:
             try:
                 os.dup2(err_fd, 2)
                 os.close(err_fd)
-                box = [_program_process(spec, launcher, size, cgroup_fd)]
+                setup = _program_process(spec, launcher, cgroup_fd)
             except BaseException as exc:  # noqa: BLE001 - a set-up failure ends this program only
                 try:
                     _write_all(2, f"sandbox set-up failed: {exc!r}\n".encode())
                 finally:
                     os._exit(70)
-            del spec, launcher, request, header, nonce, size, cgroup_fd
-            # No reference to the payload stays in this frame, which the program could reach by
-            # walking up its frames: _judge drops its own before the program runs.
-            _judge(box.pop())  # never returns here: the harness and the test children exit themselves
+            del spec, launcher, request, header, nonce, cgroup_fd
+            _judge(0, setup)  # never returns here: the harness and the test children exit themselves
             os._exit(0)
         wstatus, usage, err, err_total = _await_program(pid, err_fd)
         cpu = usage.ru_utime + usage.ru_stime if usage is not None else None
@@ -499,7 +792,8 @@ def _server_main(cgroup_fd):
 
 
 if __name__ == "__main__":
+    _scrub_sys_path()
     if sys.argv[1:2] == ["--serve"]:
         _server_main(int(sys.argv[3]) if sys.argv[2:3] == ["--cgroup-fd"] else None)
     _warm_imports()
-    _judge(json.loads(sys.stdin.buffer.read()))
+    _judge(0)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from pettingllms.sandbox.cgroup import MemoryCgroup, find_memory_cgroup
 from pettingllms.sandbox.config import SandboxConfig
-from pettingllms.sandbox.judge import HARNESS_PATH
+from pettingllms.sandbox.judge import harness_source
 from pettingllms.sandbox.judge import run_tests as judge_programs
 from pettingllms.sandbox.processes import kill_uid, remove_files_of_uid
 from pettingllms.sandbox.result import ExecutionResult, SandboxError, classify_exit
@@ -620,7 +620,7 @@ class SandboxPool:
         # The server gets its own code and the launcher's as text, not as paths: the sandbox may not see
         # the checkout (one under /tmp is hidden by the sandbox's fresh /tmp).
         spec = self._spec(workdir, identity, self._namespaces,
-                          [self.python, *self.config.python_args, "-c", _source(HARNESS_PATH), "--serve"], status_w)
+                          [self.python, *self.config.python_args, "-c", harness_source(), "--serve"], status_w)
         spec.update(server=True, code_file=None)
         # One cgroup for the slot's programs, one after the other (none is alive when the next starts).
         cgroup = spec["cgroup"] = self._new_cgroup(name=f"slot-{slot}-{time.monotonic_ns()}")

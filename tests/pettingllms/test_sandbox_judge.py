@@ -299,13 +299,16 @@ def test_assertion_tests_for_a_function_problem(pool):
     solution = "def add(a, b):\n    return a + b\n"
     wrong = "def add(a, b):\n    return a - b\n"
     check = "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(0, 0) == 0\ncheck(add)"
-    tests = [TestCase(assertion="assert add(1, 2) == 3"), TestCase(assertion=check),
-             TestCase(assertion="assert sub(1, 2) == -1")]
+    tests = [TestCase(assertion="assert add(1, 2) == 3", entry_point="add"),
+             TestCase(assertion=check, entry_point="add"),
+             TestCase(assertion="assert sub(1, 2) == -1", entry_point="add"),
+             TestCase(args=(4, 5), expected=9, entry_point="add")]
     good, bad = judge(pool, [solution, wrong], tests)
-    assert [v.status for v in good] == ["passed", "passed", "runtime_error"]
-    assert "NameError: name 'sub' is not defined" in good[2].error.splitlines()[-1]
-    assert good[2].error.splitlines()[1] == '  File "<test>", line 1, in <module>'  # no harness frames
-    assert [v.status for v in bad] == ["wrong_answer", "wrong_answer", "runtime_error"]
+    # A NameError before any call of the candidate is the test's own fault: counted toward nothing.
+    assert [v.status for v in good] == ["passed", "passed", "test_error", "passed"]
+    assert "NameError: name 'sub' is not defined" in good[2].error and not good[2].counted
+    assert [v.status for v in bad] == ["wrong_answer", "wrong_answer", "test_error", "wrong_answer"]
+    assert bad[3].error == "returned -1, expected 9"
 
 
 @needs_linux
@@ -390,7 +393,7 @@ def test_the_warm_server_starts_from_source_not_from_paths_into_the_checkout(mon
     # Inside the sandbox a checkout under /tmp is out of sight (the sandbox's /tmp is a fresh tmpfs), so
     # neither the server's command nor what it is sent may name a file of the checkout.
     import pettingllms.sandbox.pool as pool_module
-    from pettingllms.sandbox.judge import HARNESS_PATH
+    from pettingllms.sandbox.judge import HARNESS_PATH, harness_source
 
     seen = {}
 
@@ -411,4 +414,6 @@ def test_the_warm_server_starts_from_source_not_from_paths_into_the_checkout(mon
     assert "-c" in server_argv and server_argv[-1] == "--serve"
     assert HARNESS_PATH not in server_argv
     assert seen["spec"]["launcher_source"].startswith('"""')
-    assert server_argv[server_argv.index("-c") + 1] == open(HARNESS_PATH, encoding="utf-8").read()
+    source = server_argv[server_argv.index("-c") + 1]
+    assert source == harness_source() and source.endswith(open(HARNESS_PATH, encoding="utf-8").read())
+    assert source.startswith("_FUNCTION_CALLS_SOURCE = ")
