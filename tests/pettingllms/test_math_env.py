@@ -109,17 +109,19 @@ def test_parse_errors_and_a_calculator_error_score_their_local_rewards():
     assert run.outcome == "failed" and run.answer is None and "zero" in run.error.lower()
 
 
-def test_the_reasoner_sees_the_tool_result_and_both_checks_in_its_prompt():
+def test_the_reasoner_sees_the_tool_result_but_not_its_check_in_its_prompt():
     env, agents = setup()
     asyncio.run(env.reset(1))
     tool, reasoner = agents
     tool.update_from_env(0, env)
     tool.update_from_model("```calc\n2 + 2\n```")
     asyncio.run(env.step_agent(tool))
+    assert env.state.tool_run.verified is False  # the environment knows it is wrong ...
     prompt = reasoner.update_from_env(0, env)
     text = prompt[-1]["content"]
     assert generate(1, 2).question.strip() in text
-    assert "```calc\n2 + 2\n```" in text and "Result: 4 (checked: wrong)" in text
+    assert "```calc\n2 + 2\n```" in text and "Result: 4\n" in text
+    assert "check" not in text and "wrong" not in text  # ... the reasoner does not
     assert "\\boxed" in prompt[0]["content"]
 
 

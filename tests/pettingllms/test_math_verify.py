@@ -1,14 +1,19 @@
-"""Answer verification: equivalent forms accepted, near misses rejected, timeouts, crashes, threads.
+"""Answer verification: equivalent forms accepted, near misses rejected, timeouts, crashes, threads, and the
+worker pool: a slow check holds one worker while the others answer, each call has its own deadline (waiting
+for a worker is not part of it), a killed worker is replaced.
 
-One worker process serves the whole module (``verifier`` fixture, plus the module-level default that
-:func:`verify_answer` uses); only the timeout and crash tests restart it.
+One pool of two workers serves most of the module (``verifier`` fixture, plus the module-level default that
+:func:`verify_answer` uses); the timeout and crash tests replace workers, the pool tests make their own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 
 import pytest
@@ -16,12 +21,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pettingllms.envs.math import verify as verify_module
-from pettingllms.envs.math.verify import AnswerVerifier, answers_agree, fast_verdict, verify_answer
+from pettingllms.envs.math.verify import AnswerVerifier, Check, answers_agree, fast_verdict, verify_answer
+
+#: An answer math-verify takes seconds to parse (measured: over 3 s), whatever the reference.
+NESTED = "(" * 3000 + "1" + ")" * 3000
 
 
 @pytest.fixture(scope="module")
 def verifier():
-    with AnswerVerifier(timeout_s=10.0) as shared:
+    with AnswerVerifier(timeout_s=10.0, workers=2) as shared:
         yield shared
 
 
@@ -88,8 +96,8 @@ def test_fast_path_skips_the_worker():
         assert fresh.verify("0.333", "1/3") is False  # off by more than the rounding: decided here
         assert fresh.verify("12", "21") is False
         assert fresh.verify(None, "21") is False
-        assert fresh.counts == {"calls": 6, "fast_path": 5, "worker": 0, "timeouts": 0, "errors": 0}
-        assert fresh._process is None  # never started
+        assert fresh.counts == {"calls": 6, "fast_path": 5, "worker": 0, "timeouts": 0, "errors": 0, "started": 0}
+        assert fresh.pids == []  # never started
 
 
 @pytest.mark.parametrize(
@@ -131,70 +139,71 @@ def test_fast_path_matches_exact_fractions(a, b):
         assert fast_verdict(decimal, text_a) is True
 
 
-def test_timeout_kills_and_restarts_the_worker(verifier):
-    assert verifier.verify("\\sqrt{4}", "2") is True  # the shared worker is up
-    first = verifier._process.pid
+def test_timeout_kills_and_replaces_the_worker(verifier):
+    verifier.start()  # both workers up: only the request is timed
+    first = verifier.pids
     before = dict(verifier.counts)
     start = time.perf_counter()
     assert verifier.request({"op": "sleep", "seconds": 30}, timeout_s=0.3) is None  # a hanging worker
     assert time.perf_counter() - start < 3.0
     assert verifier.counts["timeouts"] == before["timeouts"] + 1
-    assert verifier._process is None  # killed
+    assert len(verifier.pids) == 1 and set(verifier.pids) < set(first)  # the hanging one was killed
+    verifier.start()
     assert verifier.verify("\\sqrt{9}", "3") is True  # a new worker answers
-    assert verifier._process.pid != first
+    assert len(verifier.pids) == 2 and len(set(verifier.pids) - set(first)) == 1
     assert verifier.counts["errors"] == before["errors"]
+    assert verifier.counts["started"] == before["started"] + 1
 
 
-def test_a_hanging_verification_returns_false(verifier, monkeypatch):
-    assert verifier.verify("\\sqrt{4}", "2") is True  # the worker is up: only the request is timed
+def test_a_slow_answer_times_out_counts_and_returns_false(verifier, caplog):
+    verifier.start()
     before = dict(verifier.counts)
-    real_request = verifier.request
-
-    def hang(payload, *, timeout_s=None):
-        # The worker sleeps instead of verifying: as if sympy never came back.
-        return real_request({"op": "sleep", "seconds": 30}, timeout_s=timeout_s)
-
-    monkeypatch.setattr(verifier, "request", hang)
     start = time.perf_counter()
-    assert verifier.verify("\\sqrt{9}", "3", timeout_s=0.3) is False
+    with caplog.at_level("WARNING", logger=verify_module.__name__):
+        assert verifier.check(NESTED, "1", timeout_s=0.5) == Check(False, "timeout")
     assert time.perf_counter() - start < 3.0
     assert verifier.counts["timeouts"] == before["timeouts"] + 1
-    monkeypatch.undo()
-    assert verifier.verify("\\sqrt{9}", "3") is True
+    assert verifier.counts["worker"] == before["worker"] + 1 and verifier.counts["errors"] == before["errors"]
+    assert "took over 0.5 s" in caplog.text and "counts as wrong" in caplog.text
+    assert f"{before['timeouts'] + 1} timeouts so far" in caplog.text
+    assert verifier.verify("\\sqrt{9}", "3") is True  # the pool still answers
 
 
 def test_a_worker_crash_counts_as_an_error(verifier):
     before = dict(verifier.counts)
     assert verifier.request({"op": "exit"}) is None
     assert verifier.counts["errors"] == before["errors"] + 1
-    assert verifier.verify("\\frac{6}{4}", "\\frac{3}{2}") is True  # restarted
-    pid = verifier._process.pid
+    assert verifier.verify("\\frac{6}{4}", "\\frac{3}{2}") is True  # replaced
+    verifier.start()
+    pids = verifier.pids
     assert verifier.request({"op": "nonsense"}) is None  # an error reply is not a crash
     assert verifier.counts["errors"] == before["errors"] + 2
     assert verifier.verify("\\pi", "\\pi + 0") is True
-    assert verifier._process.pid == pid
+    assert verifier.pids == pids  # no worker was replaced
 
 
-def test_a_forked_child_starts_its_own_worker(verifier):
-    assert verifier.verify("\\sqrt{4}", "2") is True
-    inherited = verifier._process
-    verifier._owner_pid = -1  # as seen from a child forked after the worker started
+def test_a_forked_child_starts_its_own_workers(verifier):
+    verifier.start()
+    inherited = [w.process for w in verifier._idle]
+    assert len(inherited) == 2
+    verifier._owner_pid = -1  # as seen from a child forked after the workers started
     try:
         assert verifier.verify("\\sqrt{9}", "3") is True
-        assert verifier._process.pid != inherited.pid
-        assert inherited.poll() is None  # the parent's worker is left alone
+        assert verifier.pids and not set(verifier.pids) & {p.pid for p in inherited}
+        assert all(p.poll() is None for p in inherited)  # the parent's workers are left alone
     finally:
-        inherited.kill()
-        inherited.wait()
-        inherited.stdin.close()
-        inherited.stdout.close()
+        for process in inherited:
+            process.kill()
+            process.wait()
+            process.stdin.close()
+            process.stdout.close()
 
 
 def test_overlong_answers_are_rejected_without_the_worker():
     with AnswerVerifier() as fresh:
-        assert fresh.verify("1" * (verify_module.MAX_ANSWER_CHARS + 1), "1") is False
+        assert fresh.check("1" * (verify_module.MAX_ANSWER_CHARS + 1), "1") == Check(False, "skipped")
         assert fresh.verify("1", "\\sqrt{1}" * 2000) is False
-        assert fresh._process is None
+        assert fresh.pids == []
 
 
 def test_answers_agree_is_symmetric_and_needs_both():
@@ -243,10 +252,102 @@ def test_callable_from_asyncio_to_thread():
     assert asyncio.run(main()) == [True, False, True]
 
 
-def test_bad_argument_types_are_named():
+def test_bad_arguments_are_named():
     with pytest.raises(TypeError, match="`reference` must be a string, got int"):
         verify_answer("1", 1)
     with pytest.raises(TypeError, match="`candidate` must be a string or None, got float"):
         verify_answer(0.5, "1/2")
-    with pytest.raises(ValueError, match="`timeout_s` must be positive"):
+    with pytest.raises(ValueError, match="`timeout_s` must be a finite number of seconds > 0, got 0"):
         AnswerVerifier(timeout_s=0)
+    with pytest.raises(ValueError, match="`timeout_s` must be a finite number of seconds > 0, got -1"):
+        verify_answer("1", "1", timeout_s=-1)  # checked before the fast path could answer
+    with pytest.raises(ValueError, match="`workers` must be an integer >= 1, got 0"):
+        AnswerVerifier(workers=0)
+
+
+# ---- the pool ---------------------------------------------------------------------------------------
+
+
+def _wait_until_leased(pool, count, limit_s=10.0):
+    """Wait until ``count`` workers of ``pool`` are leased (a request is on its way)."""
+    end = time.monotonic() + limit_s
+    while len(pool._leased) < count:
+        assert time.monotonic() < end, "the slow request never took a worker"
+        time.sleep(0.01)
+
+
+def _hang(pool, allowed_s, out):
+    """A request that hangs its worker (it sleeps 30 s) under a deadline of ``allowed_s``."""
+    start = time.perf_counter()
+    out["reply"] = pool.request({"op": "sleep", "seconds": 30}, timeout_s=allowed_s)
+    out["elapsed"] = time.perf_counter() - start
+
+
+def test_a_slow_check_does_not_delay_a_concurrent_fast_one():
+    with AnswerVerifier(workers=2) as pool:
+        pool.start()
+        slow: dict = {}
+        thread = threading.Thread(target=_hang, args=(pool, 2.0, slow))
+        thread.start()
+        _wait_until_leased(pool, 1)
+        start = time.perf_counter()
+        # math-verify checks (no fast path), milliseconds each on a warm worker
+        results = [pool.verify("\\sqrt{9}", "3"), pool.verify("[0,1)", "[0,1]"), pool.agree("x=2", "2")]
+        fast_s = time.perf_counter() - start
+        slow_still_running = thread.is_alive()
+        thread.join(10)
+    assert results == [True, False, True]
+    assert fast_s < 1.0 and slow_still_running  # one worker served them while the other hung
+    assert slow["reply"] is None and 2.0 <= slow["elapsed"] < 4.0
+    assert pool.counts["timeouts"] == 1 and pool.counts["errors"] == 0 and pool.counts["worker"] == 4
+
+
+def test_waiting_for_a_worker_is_not_part_of_a_calls_deadline():
+    with AnswerVerifier(workers=1) as pool:
+        pool.start()
+        slow: dict = {}
+        thread = threading.Thread(target=_hang, args=(pool, 1.5, slow))
+        thread.start()
+        _wait_until_leased(pool, 1)
+        start = time.perf_counter()
+        check = pool.check("\\sqrt{9}", "3", timeout_s=0.5)  # queued behind the hanging request
+        waited_s = time.perf_counter() - start
+        thread.join(10)
+    # It waited past its own 0.5 s for the only worker, then got a fresh one and its right verdict.
+    assert check == Check(True, "worker") and waited_s >= 1.0
+    assert slow["reply"] is None and pool.counts["timeouts"] == 1 and pool.counts["started"] == 2
+
+
+def test_a_killed_worker_is_replaced_and_the_next_call_succeeds(caplog):
+    with AnswerVerifier(workers=2) as pool:
+        pool.start()
+        killed = pool.pids
+        assert len(killed) == 2
+        for worker in pool._idle:  # killed from outside (the OOM killer, an operator)
+            os.kill(worker.process.pid, signal.SIGKILL)
+            worker.process.wait(timeout=10)
+        assert pool.pids == []
+        with caplog.at_level("WARNING", logger=verify_module.__name__):
+            assert pool.verify("\\sqrt{9}", "3") is True
+            assert pool.verify("\\frac{6}{4}", "\\frac{3}{2}") is True
+        assert len(pool.pids) == 1 and not set(pool.pids) & set(killed)
+        assert pool.counts["errors"] == 0 and pool.counts["started"] == 3
+        # the dead worker leased first was replaced and said so; the other still waits, idle and dead
+        assert sum(f"pid {pid} exited (code -9)" in caplog.text for pid in killed) == 1
+
+
+def test_many_threads_and_asyncio_share_the_pool():
+    cases = [("\\frac{1}{2}", "0.5", True), ("[0,1)", "[0,1]", False), ("\\{1,2\\}", "\\{2,1\\}", True),
+             ("x=2", "3", False)] * 3
+    expected = [verdict for _, _, verdict in cases]
+    with AnswerVerifier(workers=2) as pool:
+        with ThreadPoolExecutor(max_workers=6) as threads:
+            from_threads = list(threads.map(lambda case: pool.verify(case[0], case[1]), cases))
+
+        async def gathered():
+            return await asyncio.gather(*(asyncio.to_thread(pool.verify, c, r) for c, r, _ in cases))
+
+        from_asyncio = asyncio.run(gathered())
+        assert from_threads == expected and from_asyncio == expected
+        assert pool.counts["started"] == 2 and len(pool.pids) == 2  # never more workers than the pool's size
+        assert pool.counts["worker"] == 2 * len(cases) and pool.counts["errors"] == pool.counts["timeouts"] == 0

@@ -1,10 +1,12 @@
-"""Math: a tool agent computes, a reasoner answers, the environment verifies (the seed's math workflow).
+"""Math: a tool agent computes, a reasoner answers, the environment verifies for the rewards (the seed's math
+workflow; the agents never see a verdict).
 
 The environment (:class:`MathEnv`) and its agents (the tool agent :class:`ToolGenerationAgent`, the reasoner
 :class:`ReasoningAgent`, the L0 :class:`MathSingleAgent`), its scripted policies, the answer parsers, the safe
-calculator, the answer check (``math-verify`` behind :func:`verify_answer`, with a timeout of our own), the
-rewards, the generated ``arith`` task, and the loaders of GSM8K, MATH / MATH-500, AIME, OlympiadBench, POLARIS
-and DAPO-Math from local files into the normalised :class:`MathProblem` layout.
+calculator, the answer check (``math-verify`` behind :func:`verify_answer`, in a pool of worker processes, each
+check with its own deadline), the rewards, the generated ``arith`` task, and the loaders of GSM8K, MATH /
+MATH-500, AIME, OlympiadBench, POLARIS and DAPO-Math from local files into the normalised :class:`MathProblem`
+layout.
 """
 
 from pettingllms.envs.math.agents import MathSingleAgent, ReasoningAgent, ToolGenerationAgent
@@ -21,13 +23,14 @@ from pettingllms.envs.math.data import (
 )
 from pettingllms.envs.math.env import MathConfig, MathEnv, MathState, ToolRun
 from pettingllms.envs.math.scripted import MathOraclePolicy, RandomMathPolicy, WrongMathPolicy
-from pettingllms.envs.math.verify import AnswerVerifier, answers_agree, verify_answer
+from pettingllms.envs.math.verify import AnswerVerifier, Check, answers_agree, check_answer, verify_answer
 
 __all__ = [
     "ARITH_LEVELS",
     "DATASETS",
     "AnswerVerifier",
     "CalculatorError",
+    "Check",
     "MathConfig",
     "MathDataError",
     "MathEnv",
@@ -41,6 +44,7 @@ __all__ = [
     "ToolRun",
     "WrongMathPolicy",
     "answers_agree",
+    "check_answer",
     "evaluate",
     "extract_answer",
     "format_number",

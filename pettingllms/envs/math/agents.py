@@ -12,6 +12,19 @@
 After either agent of the team acts, ``state.agreed`` says whether the latest tool answer and the latest
 final answer are equivalent (the episode then ends). A response that does not parse changes nothing and
 scores -1 (failure ``parse_error``).
+
+What an agent sees. Its prompt (:mod:`pettingllms.envs.math.prompts`) shows the problem, the latest tool run
+(source, output or error, the answer read from it) and the latest final answer: the team's own work. The
+verdicts against the reference (``ToolRun.verified``, ``state.answers_verified``) are written for the
+rewards, the success metric and the episode viewer only; no prompt reads them, and ``state.last_report``
+(one line on what the step did) holds no verdict either. ``feedback`` (the step's report in transcripts, for
+people and the benchmarks' breakdowns) adds the verdict, ``(correct)`` / ``(wrong)``; nothing renders it
+into a prompt.
+
+Checks run in :mod:`pettingllms.envs.math.verify`'s worker pool off the event loop. A check past
+``verify_timeout_s`` counts as a no (the answer as wrong, the answers as not agreeing); it is counted in
+``state.verify_timeouts`` and labels the step ``verify_timeout`` (:data:`VERIFY_TIMEOUT`) unless the step
+already failed otherwise, so the engine counts it with the other failures.
 """
 
 from __future__ import annotations
@@ -30,16 +43,18 @@ from pettingllms.envs.math.answers import (
 )
 from pettingllms.envs.math.calculator import CalculatorError, evaluate, format_number
 from pettingllms.envs.math.env import MathEnv, MathState, ToolRun
-from pettingllms.envs.math.verify import answers_agree, verify_answer
+from pettingllms.envs.math.verify import check_answer
 from pettingllms.sandbox.judge import TestCase
 
-__all__ = ["TOOL_ANSWER", "MathAgent", "MathSingleAgent", "ReasoningAgent", "ToolGenerationAgent", "format_answer",
-           "format_tool_call", "run_tool"]
+__all__ = ["TOOL_ANSWER", "VERIFY_TIMEOUT", "MathAgent", "MathSingleAgent", "ReasoningAgent", "ToolGenerationAgent",
+           "format_answer", "format_tool_call", "run_tool"]
 
 #: The final answer that takes the latest tool answer (with ``env.accept_tool_answer``): ``\\boxed{tool}``.
 TOOL_ANSWER = "tool"
 # Tool-run failures and the model-failure label the engine counts for each.
 _FAILURE_LABELS = {"timeout": "tool_timeout", "output_limit": "tool_killed"}
+#: The failure label of a step one of whose answer checks ran past ``verify_timeout_s``.
+VERIFY_TIMEOUT = "verify_timeout"
 
 
 def format_tool_call(tool: str, source: str) -> str:
@@ -58,16 +73,30 @@ def parse_tool_call(tool: str, response: str) -> str | None:
     return last_code_block(response) if tool == "python" else calculator_expression(response)
 
 
-async def _verify(answer: str | None, reference: str, timeout_s: float) -> bool:
-    if answer is None:
-        return False
-    return await asyncio.to_thread(verify_answer, answer, reference, timeout_s=timeout_s)
-
-
-async def _agree(a: str | None, b: str | None, timeout_s: float) -> bool:
+async def _check(env: MathEnv, a: str | None, b: str | None, *, symmetric: bool) -> bool:
+    """Whether ``a`` verifies against ``b`` (``symmetric``: either against the other), checked in a worker
+    thread; a check past ``verify_timeout_s`` is a no, counted in ``state.verify_timeouts``."""
     if a is None or b is None:
         return False
-    return await asyncio.to_thread(answers_agree, a, b, timeout_s=timeout_s)
+    check = await asyncio.to_thread(check_answer, a, b, symmetric=symmetric, timeout_s=env.config.verify_timeout_s)
+    if check.timed_out:
+        env.state.verify_timeouts += 1
+    return check.verdict
+
+
+async def _verify(env: MathEnv, answer: str | None) -> bool:
+    """Whether ``answer`` is the problem's answer (for the rewards and the state, never for a prompt)."""
+    return await _check(env, answer, env.state.problem.answer, symmetric=False)
+
+
+async def _agree(env: MathEnv, a: str | None, b: str | None) -> bool:
+    """Whether the two answers agree (the episode's end: no reference involved)."""
+    return await _check(env, a, b, symmetric=True)
+
+
+def _with_verdict(report: str, verified: bool) -> str:
+    """A report line with its verdict, for ``feedback`` (transcripts) only."""
+    return f"{report} ({'correct' if verified else 'wrong'})"
 
 
 async def run_tool(env: MathEnv, env_worker: Any, tool: str, source: str) -> ToolRun:
@@ -102,7 +131,7 @@ async def run_tool(env: MathEnv, env_worker: Any, tool: str, source: str) -> Too
             detail = verdict.error.strip().splitlines()[-1] if verdict.error.strip() else ""
             output, error = "", verdict.status.replace("_", " ") + (f": {detail}" if detail else "")
     answer = printed_answer(output) if not error else None
-    verified = await _verify(answer, env.state.problem.answer, config.verify_timeout_s)
+    verified = await _verify(env, answer)
     outcome = rewards.tool_outcome(parsed=True, error=bool(error), answer=answer, verified=verified)
     return ToolRun(tool=tool, source=source, output=output, error=error, answer=answer, verified=verified,
                    outcome=outcome)
@@ -114,6 +143,7 @@ class MathAgent(Agent):
     def __init__(self, *, role: str | None = None, prompt_style: str = "chat") -> None:
         super().__init__(role=role, prompt_style=prompt_style)
         self.tool = "none"  # set from the environment's config by update_from_env
+        self._timeouts_before = 0  # state.verify_timeouts when the current step began
 
     @staticmethod
     def _check_env(env: Any) -> MathEnv:
@@ -123,12 +153,12 @@ class MathAgent(Agent):
 
     def _state_lines(self, env: MathEnv, turn_idx: int, tool_owner: str, answers_owner: str | None) -> list[str]:
         """The problem, the latest tool run (as ``tool_owner``'s) and, with ``answers_owner``, the latest
-        final answer, each with its check."""
+        final answer; no verdict (see the module docstring)."""
         state = env.state
         lines = prompts.problem_lines(state.problem, turn_idx, env.config.max_turns)
         lines += prompts.tool_lines(state.tool_run, tool_owner)
         if answers_owner is not None:
-            lines += prompts.answers_lines(state.answers, state.answers_verified, answers_owner)
+            lines += prompts.answers_lines(state.answers, answers_owner)
         return lines
 
     def _prompt(self, system: str, lines: list[str]) -> Prompt:
@@ -143,7 +173,16 @@ class MathAgent(Agent):
         if self.action is None:
             self._parse_failed(env)
             return None
+        self._timeouts_before = env.state.verify_timeouts
         return env
+
+    def _end_step(self, env: MathEnv, report: str, feedback: str) -> None:
+        """Write the step's report (``state.last_report``, no verdict) and its ``feedback`` (with the
+        verdicts), and label a step whose checks timed out (when it did not fail otherwise)."""
+        env.state.last_report = report
+        self.feedback = feedback
+        if self.failure is None and env.state.verify_timeouts > self._timeouts_before:
+            self.failure = VERIFY_TIMEOUT
 
     def _parse_failed(self, env: MathEnv) -> None:
         state = env.state
@@ -152,13 +191,16 @@ class MathAgent(Agent):
         self.failure = "parse_error"
         self.feedback = state.last_report
 
-    def _record_tool_run(self, state: MathState, run: ToolRun) -> None:
+    def _record_tool_run(self, state: MathState, run: ToolRun) -> tuple[str, str]:
+        """Append ``run`` and set the step's failure from its outcome; its report line without and with the verdict."""
         state.tool_runs.append(run)
         self.failure = None if run.outcome != "failed" else _failure_label(run)
-        result = f"failed ({run.error or 'printed nothing'})" if run.answer is None else \
-            f"gave {run.answer} ({'correct' if run.verified else 'wrong'})"
         what = "its program" if run.tool == "python" else "the calculator"
-        state.last_report = f"{self.role} ran {what}: {result}"
+        if run.answer is None:
+            report = f"{self.role} ran {what}: failed ({run.error or 'printed nothing'})"
+            return report, report
+        report = f"{self.role} ran {what}: gave {run.answer}"
+        return report, _with_verdict(report, run.verified)
 
     @staticmethod
     def _takes_tool_answer(env: MathEnv, answer: str) -> bool:
@@ -177,12 +219,16 @@ class MathAgent(Agent):
         self.failure = "parse_error"
         self.feedback = state.last_report
 
-    async def _record_answer(self, env: MathEnv, answer: str) -> bool:
+    async def _record_answer(self, env: MathEnv, given: str, answer: str) -> tuple[bool, str, str]:
+        """Verify and append ``answer`` (what ``given`` stands for); whether it verifies, and its report line
+        without and with the verdict."""
         state = env.state
-        verified = await _verify(answer, state.problem.answer, env.config.verify_timeout_s)
+        verified = await _verify(env, answer)
         state.answers.append(answer)
         state.answers_verified.append(verified)
-        return verified
+        took = "took the tool's answer: " if self._takes_tool_answer(env, given) else ""
+        report = f"{self.role} {took}answered {answer}"
+        return verified, report, _with_verdict(report, verified)
 
 
 def _failure_label(run: ToolRun) -> str:
@@ -221,10 +267,10 @@ class ToolGenerationAgent(MathAgent):
             return
         state: MathState = env.state
         run = await run_tool(env, env_worker, self.tool, self.action)
-        self._record_tool_run(state, run)
-        state.agreed = await _agree(run.answer, state.answer, env.config.verify_timeout_s)
+        report, feedback = self._record_tool_run(state, run)
+        state.agreed = await _agree(env, run.answer, state.answer)
         self.local_reward = rewards.tool_local_reward(run.outcome)
-        self.feedback = state.last_report
+        self._end_step(env, report, feedback)
 
 
 class ReasoningAgent(MathAgent):
@@ -257,12 +303,10 @@ class ReasoningAgent(MathAgent):
         if answer is None:
             self._no_tool_answer(env)
             return
-        verified = await self._record_answer(env, answer)
-        state.agreed = await _agree(answer, state.tool_answer, env.config.verify_timeout_s)
+        verified, report, feedback = await self._record_answer(env, self.action, answer)
+        state.agreed = await _agree(env, answer, state.tool_answer)
         self.local_reward = rewards.reasoner_local_reward(answer, verified)
-        took = "took the tool's answer: " if self._takes_tool_answer(env, self.action) else ""
-        state.last_report = f"{self.role} {took}answered {answer} ({'correct' if verified else 'wrong'})"
-        self.feedback = state.last_report
+        self._end_step(env, report, feedback)
 
 
 class MathSingleAgent(MathAgent):
@@ -307,19 +351,20 @@ class MathSingleAgent(MathAgent):
         state: MathState = env.state
         source, given = self.action
         run = None
+        reports: list[tuple[str, str]] = []  # (report, feedback) of the tool call, then of the answer
         if source is not None:
             run = await run_tool(env, env_worker, self.tool, source)
-            self._record_tool_run(state, run)
+            reports.append(self._record_tool_run(state, run))
         answer = None if given is None else self._resolve(env, given)
         if given is not None and answer is None and run is None:
             self._no_tool_answer(env)
             return
         if answer is not None:
-            verified = await self._record_answer(env, answer)
+            verified, report, feedback = await self._record_answer(env, given, answer)
+            reports.append((report, feedback))
             self.local_reward = rewards.reasoner_local_reward(answer, verified)
-            took = "took the tool's answer: " if self._takes_tool_answer(env, given) else ""
-            state.last_report = f"{self.role} {took}answered {answer} ({'correct' if verified else 'wrong'})"
         else:
             assert run is not None
             self.local_reward = rewards.tool_local_reward(run.outcome)
-        self.feedback = state.last_report
+        # The report is the step's last part (the answer, when there is one); the feedback lists both.
+        self._end_step(env, reports[-1][0], "\n".join(feedback for _, feedback in reports))

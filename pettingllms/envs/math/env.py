@@ -1,4 +1,4 @@
-"""The math environment: a tool agent computes, a reasoner answers, the environment verifies.
+"""The math environment: a tool agent computes, a reasoner answers, the environment verifies (for the rewards).
 
 Episode. ``dataset: arith`` (the default) generates the problem of each seed (:mod:`pettingllms.envs.math.arith`,
 ``arith_level``); any other dataset's seeds index one split of its normalised file, as the code workflow's do:
@@ -17,11 +17,26 @@ Shared state (:class:`MathState`): the problem, every tool run (source, output o
 printed, whether that verifies), every answer of the reasoner and whether it verifies, and whether the
 latest answers of the two agree.
 
+What the agents see (ARCHITECTURE principle 10: nothing computed from the ground truth reaches an agent
+during an episode). The environment verifies every answer against the reference, but only for the rewards,
+the success metric and the episode viewer: the prompts (:mod:`pettingllms.envs.math.prompts`) show the
+problem, the team's tool runs and answers, never whether one is right, and ``last_report`` holds no
+verdict either. A team that guesses and keeps what a prompt calls correct would otherwise succeed without
+solving anything. The team decides for itself when it is done: it agrees.
+
 Rewards (:mod:`pettingllms.envs.math.rewards`): global = the latest final answer verifies (success); tool
 local = +1 verified, 0 wrong, -0.5 failed (raised, timed out, printed nothing), -1 unparseable; reasoner
 local = +1 verifies, 0 wrong, -1 no parseable answer; a single agent's turn that only calls the tool scores
-the tool's local reward. The episode ends when the tool's and the reasoner's latest answers agree (the
-anchor's rule), for a workflow without a tool agent when an answer is given, or on the turn budget.
+the tool's local reward.
+
+When the episode ends (:attr:`MathEnv.done`) depends on what the agents did, never on a verdict: when the
+tool's and the reasoner's latest answers agree with each other (the anchor's rule; whether they are right
+plays no part, so a team that agrees on a wrong answer stops too), for a workflow without a tool agent when
+an answer is given, or on the turn budget. Success is read from the state afterwards.
+
+Checks (:mod:`pettingllms.envs.math.verify`) run in a pool of worker processes, each with its own deadline
+(``verify_timeout_s``): a check past it counts as a no, is counted in ``MathState.verify_timeouts`` and
+labels its step ``verify_timeout`` (logged by the verifier, counted per label by the engine).
 """
 
 from __future__ import annotations
@@ -85,7 +100,8 @@ class MathConfig(EnvConfig):
       latest tool answer as its own, as Plan-Path's plan agent plays a tool proposal with ``#### proposal``
       (for models that cannot copy an 8-digit number from their prompt, like the small preset).
     - ``time_limit_s``: wall seconds of one tool program.
-    - ``verify_timeout_s``: seconds one answer check may take (past it the answer counts as wrong).
+    - ``verify_timeout_s``: seconds one answer check may take, its own deadline in the verifier's worker pool
+      (past it the check counts as a no, the answer as wrong, and it is counted as ``verify_timeout``).
     """
 
     turn_order: tuple[str, ...] = (TOOL_ROLE, REASONER_ROLE)
@@ -170,7 +186,11 @@ class MathState(EnvState):
     - ``tool_runs``: every tool call that parsed, oldest first (the tool agent's, or the single agent's).
     - ``answers`` / ``answers_verified``: every final answer given, oldest first, and whether each verifies.
     - ``agreed``: the latest tool answer and the latest final answer are equivalent.
-    - ``last_report``: what the latest step did, one line.
+    - ``last_report``: what the latest step did, one line, without any verdict.
+    - ``verify_timeouts``: answer checks of this episode that ran past ``verify_timeout_s`` (each a no).
+
+    The verdicts (``ToolRun.verified``, ``answers_verified``) are for the rewards, the success metric and the
+    viewer; no prompt reads them (see the module docstring).
     """
 
     problem: MathProblem
@@ -179,6 +199,7 @@ class MathState(EnvState):
     answers_verified: list[bool] = field(default_factory=list)
     agreed: bool = False
     last_report: str = ""
+    verify_timeouts: int = 0
 
     @property
     def tool_run(self) -> ToolRun | None:
@@ -295,6 +316,7 @@ class MathEnv(BaseEnv[MathState]):
 
     @property
     def done(self) -> bool:
+        """Agreement, an answer without a tool agent, or the turn budget: never the verdict (module docstring)."""
         state = self.state
         if state.out_of_turns or state.agreed:
             return True

@@ -1,18 +1,27 @@
 """Prompt text of the math agents, built from the shared state (short: small models read it).
 
 Each agent is asked for exactly what its parser reads: the tool agent for one ```` ```python ```` block (or
-one ```` ```calc ```` block), the reasoner for ``\\boxed{answer}``. Every prompt shows the problem, the latest
-tool run (its source, what it printed or why it failed), the latest final answer, and whether the
-environment verified each (the seed's loop: the environment verifies, the team repeats until correct or
-out of turns).
+one ```` ```calc ```` block), the reasoner for ``\\boxed{answer}``. Every prompt shows the problem, the turn,
+the latest tool run (its source, what it printed or why it failed) and the latest final answer: what the
+team itself did, never what the environment made of it. Whether an answer is right is computed from the
+reference answer, so no prompt shows it (ARCHITECTURE principle 10): a prompt that said "checked: correct"
+would let a team guess until it sees the word and keep that answer, solving nothing. So these functions read
+a tool run's source, output and error and the answers' text, never a verdict (a
+:class:`~pettingllms.envs.math.env.ToolRun`'s ``verified``, ``MathState.answers_verified``); the team decides
+for itself whether to try again, and the episode ends on its agreement
+(:attr:`~pettingllms.envs.math.env.MathEnv.done`), never on the verdict.
 """
 
 from __future__ import annotations
 
 from pettingllms.envs.math.data import MathProblem
 
-__all__ = ["TOOL_HELP", "answers_lines", "problem_lines", "reasoner_system", "single_system", "tool_lines",
-           "tool_system"]
+__all__ = ["PROMPT_VERSION", "TOOL_HELP", "answers_lines", "problem_lines", "reasoner_system", "single_system",
+           "tool_lines", "tool_system"]
+
+#: Version of the prompt text: bumped whenever any prompt's text changes (the learning benchmark keys its
+#: cached cells on it, so results measured with older prompts are not reused). 2: no verdict is shown.
+PROMPT_VERSION = 2
 
 _SHOWN_CHARS = 300
 
@@ -26,10 +35,6 @@ TOOL_HELP = {
 def _clip(text: str) -> str:
     text = text.strip()
     return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
-
-
-def _check(verified: bool) -> str:
-    return "correct" if verified else "wrong"
 
 
 _NAMED = " The problem's letters (a, b, ...) stand for its numbers and may be used."
@@ -71,12 +76,12 @@ def tool_lines(run, owner: str) -> list[str]:
     if run.answer is None:
         lines.append(f"It failed: {_clip(run.error) or 'it printed nothing'}")
     else:
-        lines.append(f"Result: {_clip(run.answer)} (checked: {_check(run.verified)})")
+        lines.append(f"Result: {_clip(run.answer)}")
     return lines
 
 
-def answers_lines(answers: list[str], verified: list[bool], owner: str) -> list[str]:
-    """The latest final answer and its check (``owner``: "Your", "The reasoner's")."""
+def answers_lines(answers: list[str], owner: str) -> list[str]:
+    """The latest final answer (``owner``: "Your", "The reasoner's")."""
     if not answers:
         return [f"{owner} answer: none yet."]
-    return [f"{owner} last answer: {_clip(answers[-1])} (checked: {_check(verified[-1])})"]
+    return [f"{owner} last answer: {_clip(answers[-1])}"]

@@ -16,8 +16,9 @@ runs code or verifies anything.
   ``0`` when it answers wrongly, ``-1`` when no answer parses (no ``\\boxed{}``).
 * **Global reward** (:func:`global_reward`): ``1.0`` when the episode's final answer verifies, else ``0.0``.
 
-Contradictory inputs (an answer that verifies although none was parsed) raise ValueError naming the
-arguments: they are bugs in the caller, not outcomes.
+An answer whose check runs past ``verify_timeout_s`` does not verify (it scores as wrong; the agents label
+the step ``verify_timeout``). Contradictory inputs (an answer that verifies although none was parsed) raise
+ValueError naming the arguments: they are bugs in the caller, not outcomes.
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ the ``sft`` stage's demonstrations).
 * :class:`RandomMathPolicy`: each response is the oracle's or the wrong policy's, drawn from its own generator.
 
 All answer with text through the agents' formatters, so parsing, tools, verification and rewards run as they
-do for a model.
+do for a model. They read the environment, not the prompt: the oracle reads the reference answer (and, with
+``accept_tool_answer``, whether the tool's answer verifies), which is what makes it an oracle; the prompts a
+model gets hold neither (:mod:`pettingllms.envs.math.prompts`).
 """
 
 from __future__ import annotations
