@@ -20,9 +20,13 @@ Rewards (defaults in :class:`GameConfig`; every environment documents its task r
   ``parse_error_reward`` when the response holds no tool call.
 
 Proposal. A tool agent may try several candidates in one response (up to ``max_tool_calls``); its
-proposal is the candidate whose simulated result is best (highest local reward, the earliest among
-equals), as a search through the simulator would keep. The plan agent sees every call's report and the
-proposal.
+proposal is the candidate whose simulated result is best *as the agents can judge it*: the highest
+increment of :meth:`GameEnv.observable_reward_of` (the task reward computed from the rules and the
+shown board alone), the earliest among equals, as a search through the simulator would keep. The plan
+agent sees every call's report and the proposal, so the choice must read no hidden gold: were it made by
+the task reward of a game that scores against a hidden solution (Sudoku), trying every value of a cell
+would make the proposal the solution's value. The tool agent's local reward is then the task-reward
+increment of the proposal it kept.
 """
 
 from __future__ import annotations
@@ -176,6 +180,14 @@ class GameEnv(BaseEnv[GS], Generic[GS]):
 
     def apply_answer(self, state: GS, answer: Any) -> tuple[GS, Outcome]:
         raise NotImplementedError
+
+    def observable_reward_of(self, state: GS) -> float:
+        """The task reward as the agents can work it out from the rules and what their prompts show: the tool
+        agent keeps the candidate that raises it most as its proposal, which the plan agent's prompt shows,
+        so it must read no hidden gold. Default: :meth:`task_reward_of`, right where the task reward is a
+        function of the shown board (Plan-Path, Sokoban, Eight Queens, Blocksworld); a game that scores
+        against a hidden solution overrides it (Sudoku)."""
+        return self.task_reward_of(state)
 
     def render(self, state: GS) -> str:
         raise NotImplementedError
@@ -359,7 +371,8 @@ class ToolAgent(GameAgent):
             self.failure = "parse_error"
             return
         reports: list[ToolReport] = []
-        proposal, proposal_state, proposal_value, last_failure = None, None, 0.0, None
+        proposal, proposal_state, proposal_outcome, proposal_value, last_failure = None, None, None, 0.0, None
+        penalty = config.invalid_action_penalty
         for call in self.action:
             if call.name == PYTHON_TOOL:
                 answer, output, failure = await self._run_python(env, call.argument, env_worker)
@@ -370,12 +383,12 @@ class ToolAgent(GameAgent):
                     answer, output, failure = None, f"error: {exc}", "tool_error"
             if answer is not None:
                 new_state, outcome = env.apply_answer(state, answer)
+                # Chosen by what the agents can see (the plan agent is shown the proposal), never by hidden gold.
                 value = action_local_reward(
-                    env.task_reward_of(state), env.task_reward_of(new_state), outcome.invalid,
-                    config.invalid_action_penalty,
+                    env.observable_reward_of(state), env.observable_reward_of(new_state), outcome.invalid, penalty
                 )
                 if proposal_state is None or value > proposal_value:  # the best candidate, earliest on ties
-                    proposal, proposal_state, proposal_value = answer, new_state, value
+                    proposal, proposal_state, proposal_outcome, proposal_value = answer, new_state, outcome, value
                 output = (output + " " if output else "") + outcome.report
             else:
                 last_failure = failure
@@ -387,7 +400,9 @@ class ToolAgent(GameAgent):
             self.local_reward = config.tool_failure_reward
             self.failure = last_failure or "no_proposal"
         else:
-            self.local_reward = proposal_value
+            self.local_reward = action_local_reward(
+                env.task_reward_of(state), env.task_reward_of(proposal_state), proposal_outcome.invalid, penalty
+            )
         self.feedback = "\n".join(f"{r.name}: {r.output}" for r in reports)
 
 

@@ -20,11 +20,12 @@ from pettingllms.envs.sudoku import (
 )
 from pettingllms.envs.sudoku.generator import build_bank, default_bank_path, generate_puzzle, load_bank
 from pettingllms.envs.sudoku.parsers import GridSpec, format_answer, parse_answer
-from pettingllms.envs.sudoku.rewards import progress, task_reward
+from pettingllms.envs.sudoku.rewards import observable_task_reward, progress, task_reward
 from pettingllms.envs.sudoku.solver import count_solutions, solve
 from pettingllms.envs.sudoku.state import (
     apply_fills,
     box_shape,
+    clashing_cells,
     conflicts,
     decode_grid,
     encode_grid,
@@ -218,6 +219,31 @@ def test_check_tool_reports_conflicts_without_the_solution():
 def test_conflicts_lists_rows_columns_and_boxes():
     grid = ((1, 1, 0, 0), (0, 0, 0, 0), (1, 0, 0, 0), (0, 0, 0, 0))
     assert conflicts(grid, 2, 2) == ["row 1 has 2 1s", "column 1 has 2 1s", "box 1 has 2 1s"]
+    assert clashing_cells(grid, 2, 2) == {(0, 0), (0, 1), (2, 0)}
+    assert clashing_cells(SOLUTION_4, 2, 2) == frozenset()
+
+
+def test_observable_reward_reads_the_rules_not_the_solution():
+    """What the tool proposal is chosen by: a value the rules allow scores the same right or wrong (R2C4 is 2 in
+    the solution; 3 breaks no rule there), a clashing one scores like a wrong one; the task reward differs."""
+    right, wrong = (_state(apply_fills(PUZZLE_4, PUZZLE_4.givens, ((1, 3, v),)).grid) for v in (2, 3))
+    clashing = _state(apply_fills(PUZZLE_4, PUZZLE_4.givens, ((1, 3, 4),)).grid)
+    # 10 empty cells: one rule-free fill is 0.5 * 1 / 10; a clashing one cancels to 0 (clipped)
+    assert observable_task_reward(right) == observable_task_reward(wrong) == pytest.approx(0.05)
+    assert observable_task_reward(clashing) == 0.0
+    assert task_reward(right) == pytest.approx(0.05) and task_reward(wrong) == 0.0
+    assert observable_task_reward(_state(SOLUTION_4)) == 1.0
+
+
+def test_a_valid_completion_other_than_the_stored_solution_solves_the_puzzle():
+    """Success is checked by the rules: with several solutions, any of them ends the episode as solved (the
+    agents could not tell a stored one apart)."""
+    empty = tuple((0,) * 4 for _ in range(4))
+    other = tuple(tuple({1: 2, 2: 1}.get(v, v) for v in row) for row in SOLUTION_4)
+    env = SudokuEnv({"turn_order": ["single"]})
+    env.state = SudokuState(seed=0, puzzle=SudokuPuzzle(2, 2, empty, SOLUTION_4), grid=other)
+    assert env.is_success(env.state) and env.done and env.task_reward == 1.0
+    assert progress(env.state) < 1.0  # it is not the stored one: 8 of 16 cells differ
 
 
 def test_oracle_solves_bank_9x9():

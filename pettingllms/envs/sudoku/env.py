@@ -65,7 +65,8 @@ class SudokuConfig(GameConfig):
 
 
 class SudokuEnv(GameEnv[SudokuState]):
-    """Sudoku. Success: the grid equals the puzzle's unique solution. Never unwinnable (cells can be reset)."""
+    """Sudoku. Success: every cell filled, no rule broken (checked from the rules, not against the stored
+    solution; for a unique-solution puzzle the two agree). Never unwinnable (cells can be reset)."""
 
     name: ClassVar[str] = "sudoku"
     config_class: ClassVar[type[GameConfig]] = SudokuConfig
@@ -89,8 +90,11 @@ class SudokuEnv(GameEnv[SudokuState]):
     def task_reward_of(self, state: SudokuState) -> float:
         return rewards.task_reward(state)
 
+    def observable_reward_of(self, state: SudokuState) -> float:
+        return rewards.observable_task_reward(state)
+
     def is_success(self, state: SudokuState) -> bool:
-        return state.grid == state.puzzle.solution
+        return rewards.is_solved(state)
 
     def answer_spec(self) -> parsers.GridSpec:
         return parsers.GridSpec(self.config.size)

@@ -6,6 +6,10 @@ from pettingllms.envs.game import GamePrompts
 from pettingllms.envs.sudoku.parsers import format_answer
 from pettingllms.envs.sudoku.state import SudokuState
 
+#: Version of what the prompts show (cached benchmark results are keyed on it). 2: the tool proposal a plan
+#: agent is shown is chosen by the rules-only score, no longer by closeness to the hidden solution.
+PROMPT_VERSION = 2
+
 PROMPTS = GamePrompts(
     task=(
         "Sudoku: fill the grid so every row, column and box holds each value once. '.' is an empty "

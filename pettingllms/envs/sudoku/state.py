@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pettingllms.envs.game import GameState
 
 Grid = tuple[tuple[int, ...], ...]
+Cell = tuple[int, int]  # (row, col), 0-based
 Fill = tuple[int, int, int]  # (row, col, value), 0-based row/col, value 0 clears
 _SYMBOLS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -76,26 +77,49 @@ class SudokuState(GameState):
     invalid_fills: int = 0
 
 
-def conflicts(grid: Grid, box_rows: int, box_cols: int) -> list[str]:
-    """Rule violations of the filled cells, e.g. ``"row 2 has two 3s"`` (1-based, empties ignored)."""
+def units(box_rows: int, box_cols: int) -> list[tuple[str, tuple[Cell, ...]]]:
+    """Every row, column and box as ``(name, cells)``, names 1-based (``"row 1"``, ``"box 4"``)."""
     size = box_rows * box_cols
-    found: list[str] = []
-    units: list[tuple[str, list[int]]] = []
+    found: list[tuple[str, tuple[Cell, ...]]] = []
     for i in range(size):
-        units.append((f"row {i + 1}", [grid[i][c] for c in range(size)]))
+        found.append((f"row {i + 1}", tuple((i, c) for c in range(size))))
     for i in range(size):
-        units.append((f"column {i + 1}", [grid[r][i] for r in range(size)]))
+        found.append((f"column {i + 1}", tuple((r, i) for r in range(size))))
     for b in range(size):
         r0, c0 = (b // (size // box_cols)) * box_rows, (b % (size // box_cols)) * box_cols
-        units.append((f"box {b + 1}", [grid[r][c] for r in range(r0, r0 + box_rows) for c in range(c0, c0 + box_cols)]))
-    for name, values in units:
+        cells = tuple((r, c) for r in range(r0, r0 + box_rows) for c in range(c0, c0 + box_cols))
+        found.append((f"box {b + 1}", cells))
+    return found
+
+
+def conflicts(grid: Grid, box_rows: int, box_cols: int) -> list[str]:
+    """Rule violations of the filled cells, e.g. ``"row 2 has two 3s"`` (1-based, empties ignored)."""
+    found: list[str] = []
+    for name, cells in units(box_rows, box_cols):
+        values = [grid[r][c] for r, c in cells]
         for v in sorted({v for v in values if v}):
             if values.count(v) > 1:
                 found.append(f"{name} has {values.count(v)} {v}s")
     return found
 
 
+def clashing_cells(grid: Grid, box_rows: int, box_cols: int) -> frozenset[Cell]:
+    """The filled cells that share their value with another cell of a row, column or box."""
+    found: set[Cell] = set()
+    for _, cells in units(box_rows, box_cols):
+        by_value: dict[int, list[Cell]] = {}
+        for r, c in cells:
+            if grid[r][c]:
+                by_value.setdefault(grid[r][c], []).append((r, c))
+        for same in by_value.values():
+            if len(same) > 1:
+                found.update(same)
+    return frozenset(found)
+
+
 def is_complete_and_valid(grid: Grid, box_rows: int, box_cols: int) -> bool:
+    """Every cell filled and no rule broken: with the givens kept, a solution of the puzzle (its solution,
+    when it has only one), as the agents can check from the rules."""
     return all(v for row in grid for v in row) and not conflicts(grid, box_rows, box_cols)
 
 
