@@ -1,5 +1,5 @@
 """Function-style tests judged outside the candidate: the call protocol between the candidate's process and
-the trusted evaluator, both ends of it and the plain-data encoding it sends.
+the trusted evaluator, both ends of it.
 
 Why. A test like ``assert f(2) == 4`` used to run in the candidate program's own namespace and pass when
 the process exited with status 0. A program could then exit early (``sys.exit(0)``), return an object
@@ -8,7 +8,7 @@ pending assertion through its frames. Here the test never enters the candidate's
 
 * the **candidate process** runs the program (as ``python solution.py`` would), then only answers calls
   (:func:`serve_calls`): "call your ``f`` with these arguments", "make a ``Solution()``", "call method
-  ``m`` of instance 3". Arguments arrive, and results leave, as plain data in the encoding below;
+  ``m`` of instance 3". Arguments arrive, and results leave, as plain data (``plain_data.py``);
 * the **trusted evaluator** (a separate process forked from one that never ran candidate code) runs the
   test code (:func:`evaluate`): the dataset's ``setup`` (e.g. HumanEval's prompt with ``poly``), then the
   assertion, in a fresh namespace where the entry point and ``Solution`` are remote handles
@@ -25,278 +25,22 @@ call, so a test that reads a list after passing it sees what one process would. 
 any call was answered is the test's own fault (``test_error``); a test passing something that is not
 plain data (a lambda, an object) is ``unsupported``; neither is charged to the candidate.
 
-The encoding (:func:`encode` / :func:`decode`) never executes anything: JSON values with tags. ``None``,
-``bool`` and ``str`` are themselves; an ``int`` is a JSON integer (``["I", hex]`` past 2**63); a ``float`` is
-``["f", 16 hex digits of its IEEE-754 bits]`` (NaN, infinities and -0.0 exact); ``["c", re, im]`` a
-complex; ``["b", hex]`` bytes; ``["L", ...]``, ``["T", ...]``, ``["S", ...]``, ``["F", ...]`` a list,
-tuple, set, frozenset; ``["D", k1, v1, k2, v2, ...]`` a dict (keys of any plain hashable type); ``["R",
-n]`` the n-th list, dict or set of the same value met again (aliasing survives; a cycle does not
-encode). Exact types only: a subclass (``bool`` aside), a numpy scalar, a namedtuple, a ``defaultdict``, a
-generator, a callable or any other object does not cross. Depth is capped at :data:`MAX_DEPTH` and a
-message at :data:`MESSAGE_LIMIT_BYTES`.
-
-Standard library only: this file also runs inside the sandbox, where the judge harness loads it from
-its source text (it is never imported by name there).
+Standard library only: this file also runs inside the sandbox, bundled into the judge's harness program
+(``judge.harness_source``), where it is never imported by name.
 """
 
 import builtins
-import json
-import os
-import struct
 import sys
 
-MAX_DEPTH = 1000
-MESSAGE_LIMIT_BYTES = 16 << 20
-# Ints within this bound travel as JSON integers; larger ones as hex (no decimal-conversion limit).
-_JSON_INT_BOUND = 1 << 63
+if "plain_data" not in globals():  # inside the sandbox the harness bundle provides it
+    from pettingllms.sandbox import plain_data
+
 # Candidate exceptions re-raised by name only when they are ordinary builtin exceptions.
 _NOT_RERAISED = ("StopIteration", "StopAsyncIteration")
-_SHORT_REPR_CHARS = 200
 # Set on an exception the trusted side re-raised for the candidate (so its ending is the candidate's).
 _CANDIDATE_MARK = "_raised_by_candidate"
 # Standard-library names never imported for a test (side effects: printing, opening a browser).
 _NEVER_IMPORTED = ("this", "antigravity")
-
-
-class NotPlainData(ValueError):
-    """A value that cannot cross the process boundary (its type, a cycle, its depth)."""
-
-
-class ProtocolError(Exception):
-    """A message that breaks the protocol (not JSON, an unknown tag, a wrong call id, too long)."""
-
-
-# --------------------------------------------------------------------------- the plain-data encoding
-_CONTAINER_TAGS = {list: "L", tuple: "T", set: "S", frozenset: "F"}
-_SHARED_TYPES = (list, dict, set)  # mutable: identity matters, so a repeat is sent as a reference
-
-
-def encode(value):
-    """``value`` as JSON-able data (see the module docstring); :class:`NotPlainData` when it cannot cross."""
-    return _Encoder().encode(value, 0)
-
-
-class _Encoder:
-    def __init__(self):
-        self.numbers = {}  # id of a list / dict / set -> its index in order of first encoding
-        self.open = set()  # ids of the containers being encoded (a cycle leads back to one)
-        self.alive = []  # keeps every numbered object alive, so no id is reused while encoding
-
-    def encode(self, value, depth):
-        kind = type(value)
-        if value is None or kind is bool or kind is str:
-            return value
-        if kind is int:
-            return value if -_JSON_INT_BOUND < value < _JSON_INT_BOUND else ["I", format(value, "x")]
-        if kind is float:
-            return ["f", _float_bits(value)]
-        if kind is complex:
-            return ["c", _float_bits(value.real), _float_bits(value.imag)]
-        if kind is bytes:
-            return ["b", value.hex()]
-        if kind is dict or kind in _CONTAINER_TAGS:
-            return self._container(value, kind, depth + 1)
-        raise NotPlainData(f"a value of type {_type_name(value)} is not plain data (plain: None, bool, int, "
-                           f"float, complex, str, bytes, list, tuple, dict, set, frozenset)")
-
-    def _container(self, value, kind, depth):
-        if depth > MAX_DEPTH:
-            raise NotPlainData(f"the value is nested deeper than {MAX_DEPTH} levels")
-        key = id(value)
-        if key in self.open:
-            raise NotPlainData("the value contains itself (a cycle)")
-        if kind in _SHARED_TYPES:
-            if key in self.numbers:
-                return ["R", self.numbers[key]]
-            self.numbers[key] = len(self.numbers)
-            self.alive.append(value)
-        self.open.add(key)
-        try:
-            if kind is dict:
-                out = ["D"]
-                for k, v in value.items():
-                    out.append(self.encode(k, depth))
-                    out.append(self.encode(v, depth))
-                return out
-            return [_CONTAINER_TAGS[kind], *(self.encode(item, depth) for item in value)]
-        finally:
-            self.open.discard(key)
-
-
-def decode(data):
-    """The value :func:`encode` made ``data`` from; :class:`ProtocolError` on anything else."""
-    return _Decoder().decode(data, 0)
-
-
-class _Decoder:
-    def __init__(self):
-        self.shared = []
-
-    def decode(self, data, depth):
-        kind = type(data)
-        if data is None or kind is bool or kind is str:
-            return data
-        if kind is int:
-            return data
-        if kind is not list or not data or type(data[0]) is not str:
-            raise ProtocolError(f"not an encoded value: {_short_repr(data)}")
-        tag = data[0]
-        if tag == "I" and len(data) == 2 and type(data[1]) is str:
-            return _hex_int(data[1])
-        if tag == "f" and len(data) == 2:
-            return _bits_float(data[1])
-        if tag == "c" and len(data) == 3:
-            return complex(_bits_float(data[1]), _bits_float(data[2]))
-        if tag == "b" and len(data) == 2 and type(data[1]) is str:
-            try:
-                return bytes.fromhex(data[1])
-            except ValueError:
-                raise ProtocolError("bad bytes") from None
-        if tag == "R" and len(data) == 2 and type(data[1]) is int:
-            if not 0 <= data[1] < len(self.shared):
-                raise ProtocolError(f"reference {data[1]} to a container not sent before")
-            return self.shared[data[1]]
-        depth += 1
-        if depth > MAX_DEPTH:
-            raise ProtocolError(f"a value nested deeper than {MAX_DEPTH} levels")
-        items = data[1:]
-        try:
-            if tag == "L":
-                out = []
-                self.shared.append(out)
-                out.extend(self.decode(item, depth) for item in items)
-                return out
-            if tag == "D":
-                if len(items) % 2:
-                    raise ProtocolError("a dict with a key but no value")
-                out = {}
-                self.shared.append(out)
-                for i in range(0, len(items), 2):
-                    out[self.decode(items[i], depth)] = self.decode(items[i + 1], depth)
-                return out
-            if tag == "S":
-                out = set()
-                self.shared.append(out)
-                out.update(self.decode(item, depth) for item in items)
-                return out
-            if tag == "T":
-                return tuple(self.decode(item, depth) for item in items)
-            if tag == "F":
-                return frozenset(self.decode(item, depth) for item in items)
-        except TypeError as exc:  # an unhashable key or set element
-            raise ProtocolError(f"bad container: {exc}") from None
-        raise ProtocolError(f"unknown tag {tag!r}")
-
-
-def _float_bits(value):
-    return struct.pack(">d", value).hex()
-
-
-def _bits_float(text):
-    if type(text) is not str or len(text) != 16:
-        raise ProtocolError(f"bad float bits {_short_repr(text)}")
-    try:
-        return struct.unpack(">d", bytes.fromhex(text))[0]
-    except ValueError:
-        raise ProtocolError(f"bad float bits {_short_repr(text)}") from None
-
-
-def _hex_int(text):
-    try:
-        return int(text, 16)
-    except ValueError:
-        raise ProtocolError(f"bad int {_short_repr(text)}") from None
-
-
-def _type_name(value):
-    kind = type(value)
-    module = getattr(kind, "__module__", "")
-    return kind.__qualname__ if module in ("builtins", "", None) else f"{module}.{kind.__qualname__}"
-
-
-def _short_repr(value):
-    try:
-        text = repr(value)
-    except Exception:  # noqa: BLE001 - a trusted-side repr of plain data does not fail; be safe anyway
-        text = f"<{type(value).__name__}>"
-    return text if len(text) <= _SHORT_REPR_CHARS else text[:_SHORT_REPR_CHARS - 3] + "..."
-
-
-def assign_in_place(old, new):
-    """Make ``old`` equal ``new`` without replacing it (nor, where types agree, what it contains): how a
-    mutated argument is copied back into the test's object after a call."""
-    kind = type(old)
-    if kind is not type(new):
-        return
-    if kind is list:
-        for i in range(min(len(old), len(new))):
-            if type(old[i]) is type(new[i]) and type(old[i]) in (list, dict, set):
-                assign_in_place(old[i], new[i])
-            else:
-                old[i] = new[i]
-        del old[len(new):]
-        old.extend(new[len(old):])
-    elif kind is dict:
-        for key in [k for k in old if k not in new]:
-            del old[key]
-        for key, value in new.items():
-            if key in old and type(old[key]) is type(value) and type(value) in (list, dict, set):
-                assign_in_place(old[key], value)
-            else:
-                old[key] = value
-    elif kind is set:
-        old.clear()
-        old.update(new)
-    elif kind is tuple and len(old) == len(new):
-        for a, b in zip(old, new):
-            assign_in_place(a, b)
-
-
-# --------------------------------------------------------------------------- messages
-def pack(message):
-    """One message as a line of JSON (ASCII: a newline inside a string is escaped, so lines frame)."""
-    return (json.dumps(message, separators=(",", ":"), allow_nan=False) + "\n").encode("ascii")
-
-
-class LineReader:
-    """Reads newline-framed messages from a file descriptor, each at most :data:`MESSAGE_LIMIT_BYTES`."""
-
-    def __init__(self, fd):
-        self.fd = fd
-        self.buffer = bytearray()
-        self.scanned = 0  # bytes of the buffer known to hold no newline
-
-    def read(self):
-        """The next message (a JSON object), or None at the end of the stream."""
-        while True:
-            end = self.buffer.find(b"\n", self.scanned)
-            if end < 0:
-                self.scanned = len(self.buffer)
-            else:
-                line = bytes(self.buffer[:end])
-                del self.buffer[:end + 1]
-                self.scanned = 0
-                try:
-                    message = json.loads(line)
-                except (ValueError, RecursionError):
-                    raise ProtocolError(f"a message that is not JSON: {line[:120]!r}") from None
-                if type(message) is not dict:
-                    raise ProtocolError(f"a message that is not an object: {line[:120]!r}")
-                return message
-            if len(self.buffer) > MESSAGE_LIMIT_BYTES:
-                raise ProtocolError(f"a message longer than {MESSAGE_LIMIT_BYTES} bytes")
-            chunk = os.read(self.fd, 1 << 16)
-            if not chunk:
-                if self.buffer:
-                    raise ProtocolError("the stream ended inside a message")
-                return None
-            self.buffer += chunk
-
-
-def write_all(fd, data):
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 # --------------------------------------------------------------------------- the candidate's end
@@ -308,15 +52,25 @@ def serve_calls(fd, namespace):
     ``{"id": n, "instance": k}``), ``{"id": n, "raised": class name, "message": str}``, or ``{"id": n,
     "failed": why}``; ``"after"`` carries the arguments' post-call value when the call changed them.
     """
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 4 * MAX_DEPTH))
-    reader = LineReader(fd)
+    reader = plain_data.LineReader(fd)
     instances = []
-    write_all(fd, pack({"ready": True}))
+    _flush()
+    plain_data.write_all(fd, plain_data.pack({"ready": True}))
     while True:
         request = reader.read()
         if request is None:
             return
-        write_all(fd, pack(_answer(request, namespace, instances)))
+        reply = plain_data.pack(_answer(request, namespace, instances))
+        _flush()  # what the call printed is in the pipes before the evaluator's verdict can end the test
+        plain_data.write_all(fd, reply)
+
+
+def _flush():
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - the program's own (replaced or closed) streams
+            pass
 
 
 def _answer(request, namespace, instances):
@@ -324,9 +78,9 @@ def _answer(request, namespace, instances):
     target = request.get("target")
     try:
         sent = request["args"]
-        args, kwargs = decode(sent)
+        args, kwargs = plain_data.decode(sent)
         function = _target(target, namespace, instances)
-    except (ProtocolError, KeyError, TypeError, ValueError) as exc:
+    except (plain_data.ProtocolError, KeyError, TypeError, ValueError) as exc:
         return {"id": ident, "failed": f"a bad call request: {exc}"}
     if isinstance(function, str):
         return {"id": ident, "failed": function}
@@ -340,12 +94,12 @@ def _answer(request, namespace, instances):
             reply = {"id": ident, "instance": len(instances) - 1}
         else:
             try:
-                reply = {"id": ident, "value": encode(result)}
-            except (NotPlainData, RecursionError) as exc:
+                reply = {"id": ident, "value": plain_data.encode(result)}
+            except (plain_data.NotPlainData, RecursionError) as exc:
                 return {"id": ident, "failed": f"returned something that is not plain data: {exc}"}
     try:
-        after = encode((args, kwargs))
-    except (NotPlainData, RecursionError) as exc:
+        after = plain_data.encode((args, kwargs))
+    except (plain_data.NotPlainData, RecursionError) as exc:
         return {"id": ident, "failed": f"made an argument something that is not plain data: {exc}"}
     if after != sent:
         reply["after"] = after
@@ -355,7 +109,7 @@ def _answer(request, namespace, instances):
 def _target(target, namespace, instances):
     """The callable a request names, or a string saying why there is none."""
     if type(target) is not list or not target:
-        raise ProtocolError(f"bad target {_short_repr(target)}")
+        raise plain_data.ProtocolError(f"bad target {plain_data.short_repr(target)}")
     if target[0] in ("function", "class") and len(target) == 2 and type(target[1]) is str:
         found = namespace.get(target[1])
         if found is None or not callable(found):
@@ -363,12 +117,12 @@ def _target(target, namespace, instances):
         return found
     if target[0] == "method" and len(target) == 3 and type(target[1]) is int and type(target[2]) is str:
         if not 0 <= target[1] < len(instances):
-            raise ProtocolError(f"no instance {target[1]}")
+            raise plain_data.ProtocolError(f"no instance {target[1]}")
         method = getattr(instances[target[1]], target[2], None)
         if method is None or not callable(method):
             return f"the instance has no method `{target[2]}`"
         return method
-    raise ProtocolError(f"bad target {_short_repr(target)}")
+    raise plain_data.ProtocolError(f"bad target {plain_data.short_repr(target)}")
 
 
 def _message(exc):
@@ -393,7 +147,7 @@ class Session:
 
     def __init__(self, fd):
         self.fd = fd
-        self.reader = LineReader(fd)
+        self.reader = plain_data.LineReader(fd)
         self.next_id = 0
         self.answered = 0  # calls that returned a value or raised a candidate exception
         self.failure = None  # (status, message): sticky
@@ -408,7 +162,7 @@ class Session:
     def _receive(self):
         try:
             message = self.reader.read()
-        except ProtocolError as exc:
+        except plain_data.ProtocolError as exc:
             self.fail("runtime_error", f"the program broke the call protocol: {exc}")
         except OSError as exc:
             self.fail("runtime_error", f"the program's call channel failed: {exc}")
@@ -421,7 +175,7 @@ class Session:
     def wait_ready(self):
         message = self._receive()
         if message != {"ready": True}:
-            self.fail("runtime_error", f"the program broke the call protocol: {_short_repr(message)}")
+            self.fail("runtime_error", f"the program broke the call protocol: {plain_data.short_repr(message)}")
         self.ready = True
 
     def call(self, target, args, kwargs):
@@ -430,41 +184,41 @@ class Session:
         if not self.ready:
             self.wait_ready()
         try:
-            sent = encode((args, kwargs))
-        except (NotPlainData, RecursionError) as exc:
+            sent = plain_data.encode((args, kwargs))
+        except (plain_data.NotPlainData, RecursionError) as exc:
             self.unsupported = f"the test passes something that is not plain data: {exc}"
             raise Unsupported(self.unsupported) from None
         ident = self.next_id
         self.next_id += 1
-        data = pack({"id": ident, "target": target, "args": sent})
-        if len(data) > MESSAGE_LIMIT_BYTES:
-            self.unsupported = f"the call's arguments take more than {MESSAGE_LIMIT_BYTES} bytes"
+        data = plain_data.pack({"id": ident, "target": target, "args": sent})
+        if len(data) > plain_data.MESSAGE_LIMIT_BYTES:
+            self.unsupported = f"the call's arguments take more than {plain_data.MESSAGE_LIMIT_BYTES} bytes"
             raise Unsupported(self.unsupported)
         try:
-            write_all(self.fd, data)
+            plain_data.write_all(self.fd, data)
         except OSError:
             self.fail("runtime_error", "the program ended before it answered the call (an exit, a crash or a "
                                        "kill)")
         reply = self._receive()
         if reply.get("id") != ident:
             self.fail("runtime_error", f"the program broke the call protocol: a reply to call "
-                                       f"{_short_repr(reply.get('id'))} instead of {ident}")
+                                       f"{plain_data.short_repr(reply.get('id'))} instead of {ident}")
         if "failed" in reply:
             self.fail("runtime_error", f"the call failed: {str(reply['failed'])[:500]}")
         try:
             if "after" in reply:
-                assign_in_place((args, kwargs), decode(reply["after"]))
+                plain_data.assign_in_place((args, kwargs), plain_data.decode(reply["after"]))
             if "raised" in reply:
                 result = self._exception(reply.get("raised"), reply.get("message"))
             elif target[0] == "class":
                 if type(reply.get("instance")) is not int:
-                    raise ProtocolError("no instance number")
+                    raise plain_data.ProtocolError("no instance number")
                 result = RemoteInstance(self, reply["instance"])
             elif "value" in reply:
-                result = decode(reply["value"])
+                result = plain_data.decode(reply["value"])
             else:
-                raise ProtocolError(f"a reply without a value: {_short_repr(reply)}")
-        except (ProtocolError, RecursionError, MemoryError) as exc:
+                raise plain_data.ProtocolError(f"a reply without a value: {plain_data.short_repr(reply)}")
+        except (plain_data.ProtocolError, RecursionError, MemoryError) as exc:
             self.fail("runtime_error", f"the program broke the call protocol: {exc}")
         self.answered += 1
         if "raised" in reply:
@@ -617,7 +371,6 @@ def evaluate(test, fd):
     ``test``: ``{"entry_point": str, "setup": str, "solution_class": bool}`` and either ``"assertion":
     source`` or ``"args"`` / ``"expected"`` (encoded) for a call test.
     """
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 4 * MAX_DEPTH))
     session = Session(fd)
     outcome = None
     try:
@@ -662,8 +415,8 @@ def _run_test(test, session):
         exec(assertion, namespace)
         return "passed", ""
     try:
-        args, expected = decode(test["args"]), decode(test["expected"])
-    except ProtocolError as exc:
+        args, expected = plain_data.decode(test["args"]), plain_data.decode(test["expected"])
+    except plain_data.ProtocolError as exc:
         return "test_error", f"a call test that does not decode: {exc}"
     if test.get("solution_class"):
         function = RemoteClass(session, "Solution")().__getattr__(entry)
@@ -672,7 +425,7 @@ def _run_test(test, session):
     value = function(*args)
     if _equal(value, expected):
         return "passed", ""
-    return "wrong_answer", f"returned {_short_repr(value)}, expected {_short_repr(expected)}"
+    return "wrong_answer", f"returned {plain_data.short_repr(value)}, expected {plain_data.short_repr(expected)}"
 
 
 def _equal(value, expected):

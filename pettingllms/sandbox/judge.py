@@ -30,13 +30,12 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from pettingllms.sandbox import function_calls
+from pettingllms.sandbox import plain_data
 from pettingllms.sandbox.compare import COMPARE_MODES, FLOAT_TOLERANCE, compare_output
 from pettingllms.sandbox.result import SandboxError
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 HARNESS_PATH = os.path.join(_HERE, "judge_harness.py")
-FUNCTION_CALLS_PATH = os.path.join(_HERE, "function_calls.py")
 VERDICT_STATUSES: tuple[str, ...] = ("passed", "wrong_answer", "runtime_error", "timeout", "output_limit",
                                      "not_run", "test_error", "unsupported")
 #: Statuses that are the test's fault, never the program's: they count toward neither reward nor success.
@@ -98,8 +97,8 @@ class TestCase:
                 raise TypeError(f"`args` must be a tuple of plain values or None, got {type(self.args).__name__}")
             for name in ("args", "expected"):
                 try:
-                    function_calls.encode(getattr(self, name))
-                except function_calls.NotPlainData as exc:
+                    plain_data.encode(getattr(self, name))
+                except plain_data.NotPlainData as exc:
                     raise TypeError(f"`{name}` of a call test must be plain data: {exc}") from None
         if not isinstance(self.setup, str):
             raise TypeError(f"`setup` must be str, got {type(self.setup).__name__}")
@@ -198,14 +197,30 @@ def verdict_cache(pool: Any) -> VerdictCache:
         return cache
 
 
+# The modules the harness uses, in dependency order: each finds the ones before it as globals.
+_BUNDLED = ("plain_data", "function_calls", "judge_keeper")
+_BUNDLE_LOADER = (
+    "import types as _bundle_types\n\n\n"
+    "def _bundled(name, source, **names):\n"
+    "    module = _bundle_types.ModuleType(name)\n"
+    "    module.__dict__.update(names)\n"
+    "    exec(compile(source, name + '.py', 'exec', dont_inherit=True, optimize=0), module.__dict__)\n"
+    "    return module\n\n\n"
+)
+
+
 def harness_source() -> str:
-    """The harness program: ``judge_harness.py`` with the call protocol's source prepended (inside the
-    sandbox neither file is importable by name)."""
+    """The harness program: ``judge_harness.py`` behind the modules it uses, each made a module object
+    from its source text (inside the sandbox none of them is importable by name)."""
     if not _HARNESS_SOURCE:
-        with open(FUNCTION_CALLS_PATH, encoding="utf-8") as f:
-            calls = f.read()
+        lines, loaded = [_BUNDLE_LOADER], []
+        for name in _BUNDLED:
+            with open(os.path.join(_HERE, f"{name}.py"), encoding="utf-8") as f:
+                names = "".join(f", {other}={other}" for other in loaded)
+                lines.append(f"{name} = _bundled({name!r}, {f.read()!r}{names})\n")
+            loaded.append(name)
         with open(HARNESS_PATH, encoding="utf-8") as f:
-            _HARNESS_SOURCE.append(f"_FUNCTION_CALLS_SOURCE = {calls!r}\n" + f.read())
+            _HARNESS_SOURCE.append("".join(lines) + f.read())
     return _HARNESS_SOURCE[0]
 
 
@@ -215,7 +230,7 @@ def _digest(obj: Any) -> str:
 
 def _test_key(test: TestCase) -> list:
     if test.kind == "call":
-        return ["call", function_calls.encode(test.args), function_calls.encode(test.expected), test.entry_point,
+        return ["call", plain_data.encode(test.args), plain_data.encode(test.expected), test.entry_point,
                 test.solution_class]
     return [test.kind, test.stdin, test.expected_stdout, test.assertion, test.entry_point, test.setup,
             test.solution_class]
@@ -233,7 +248,7 @@ def _trusted_part(test: TestCase, index: int) -> dict:
     if test.kind == "assertion":
         part["assertion"] = test.assertion
     else:
-        part.update(args=function_calls.encode(test.args), expected=function_calls.encode(test.expected))
+        part.update(args=plain_data.encode(test.args), expected=plain_data.encode(test.expected))
     return part
 
 

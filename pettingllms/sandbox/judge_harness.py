@@ -2,8 +2,9 @@
 
 The judge (``judge.py``) sends it one payload per program, either through the slot's warm server (this
 file run as ``--serve``, see "the warm server" below) or, where the pool has none, as the program of one
-:meth:`SandboxPool.run` with the payload on stdin. The judge prepends ``_FUNCTION_CALLS_SOURCE`` (the text
-of ``function_calls.py``) to this file's text; it is loaded from there, never imported by name.
+:meth:`SandboxPool.run` with the payload on stdin. The program is this file behind a bundle of the modules
+it uses (``plain_data``, ``function_calls``, ``judge_keeper``: see ``judge.harness_source``), which it
+finds as globals: inside the sandbox none of them is importable by name.
 
 The payload is two frames, each a header line ``T <n>`` / ``C <n>`` and ``n`` bytes of JSON:
 
@@ -42,7 +43,6 @@ it never holds their sockets), and it never sees a test's code, a call's expecte
 
 import base64
 import json
-import math
 import os
 import select
 import signal
@@ -51,43 +51,15 @@ import sys
 import time
 import types
 
+if "judge_keeper" not in globals():  # inside the sandbox the harness bundle provides them (judge.harness_source)
+    from pettingllms.sandbox import function_calls, judge_keeper, plain_data
+
 PROGRAM_FILE = "solution.py"
 #: The candidate's end of a function test's call socket.
 CHANNEL_FD = 3
-#: Seconds the keeper and an evaluator may take beyond a test's time limit before they count as gone.
-KEEPER_SLACK_S = 5.0
-_CONTROL_BYTES = 1 << 16
-
-
-def _load_module(name, source):
-    module = types.ModuleType(name)
-    exec(compile(source, f"{name}.py", "exec", dont_inherit=True, optimize=0), module.__dict__)
-    return module
-
-
-_FC = None
-
-
-def _function_calls():
-    """The call protocol module, from the source the judge prepended (loaded once per process tree)."""
-    global _FC
-    if _FC is None:
-        _FC = _load_module("function_calls", globals()["_FUNCTION_CALLS_SOURCE"])
-    return _FC
 
 
 # --------------------------------------------------------------------------- reading the payload
-def _read_exact(fd, size):
-    chunks, left = [], size
-    while left:
-        chunk = os.read(fd, min(left, 1 << 20))
-        if not chunk:
-            raise EOFError(f"the input ended {left} bytes before the end of the payload")
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
-
-
 def _read_line(fd, limit=1 << 16):
     """One line from a raw fd, byte by byte (nothing past the newline is consumed); b"" at end."""
     data = bytearray()
@@ -107,25 +79,10 @@ def _frame_size(fd, tag):
     return int(size)
 
 
-def _write_all(fd, data):
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
 # --------------------------------------------------------------------------- the harness (in the sandbox)
 def _emit(record):
     sys.stdout.write(json.dumps(record) + "\n")
     sys.stdout.flush()
-
-
-def _set_dumpable(value):
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(4, value, 0, 0, 0)  # PR_SET_DUMPABLE
-    except Exception:  # noqa: BLE001 - hardening only; the pid namespace still bounds the run
-        pass
 
 
 def _stdin_fd(data):
@@ -133,18 +90,9 @@ def _stdin_fd(data):
         fd = os.memfd_create("stdin", 0)
     else:
         fd = os.open(".", os.O_TMPFILE | os.O_RDWR, 0o600)
-    _write_all(fd, data)
+    plain_data.write_all(fd, data)
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
-
-
-def _cpu_limit(time_limit):
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    want = int(math.ceil(time_limit)) + 1
-    if soft == resource.RLIM_INFINITY or soft > want:
-        resource.setrlimit(resource.RLIMIT_CPU, (want, hard))
 
 
 def _child_setup(stdin_fd, out_w, err_w, channel_fd, time_limit):
@@ -160,7 +108,7 @@ def _child_setup(stdin_fd, out_w, err_w, channel_fd, time_limit):
         os.dup2(channel_fd, CHANNEL_FD)
         keep = CHANNEL_FD + 1
     os.closerange(keep, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
-    _cpu_limit(time_limit)
+    judge_keeper.cpu_limit(time_limit)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # Python's own default at start-up
 
 
@@ -263,7 +211,11 @@ def _supervise_call_test(pid, output, start, time_limit, keeper, index):
     _kill_group(pid)
     if verdict is None and ended != "lost":
         keeper.abort(index)
-    output.read(select.select(output.open, [], [], 0)[0])  # what it wrote before it was killed
+    while output.open and not output.over_cap:  # what it wrote before it was killed
+        ready = select.select(output.open, [], [], 0)[0]
+        if not ready:
+            break
+        output.read(ready)
     if wstatus is None:
         _, wstatus = os.waitpid(pid, 0)
     code = os.WEXITSTATUS(wstatus) if os.WIFEXITED(wstatus) else -os.WTERMSIG(wstatus)
@@ -291,176 +243,6 @@ def _sweep_namespace(keep=(), timeout=2.0):
             except OSError:
                 pass
         time.sleep(0.0005)
-
-
-class _Keeper:
-    """The harness's handle on the keeper: the process that holds the trusted part and forks one trusted
-    evaluator per function-style test (see :func:`_keeper_main`)."""
-
-    def __init__(self, sock, pid):
-        self.sock, self.pid, self.alive = sock, pid, True
-
-    def _receive(self, timeout):
-        if not select.select([self.sock], [], [], timeout)[0]:
-            return None
-        try:
-            data = self.sock.recv(_CONTROL_BYTES)
-        except OSError:
-            data = b""
-        if not data:
-            self.alive = False
-            return None
-        return json.loads(data)
-
-    def wait_ready(self):
-        message = self._receive(60.0)
-        if not (message or {}).get("ready"):
-            raise RuntimeError(f"the keeper did not start: {message!r}")
-
-    def run(self, index, channel, time_limit):
-        try:
-            socket.send_fds(self.sock, [json.dumps({"run": index, "time_limit_s": time_limit}).encode()],
-                            [channel])
-        except OSError:
-            self.alive = False
-
-    def verdict(self, index):
-        """The verdict of test ``index`` (the keeper's next message), or None when the keeper is gone."""
-        message = self._receive(0) if self.alive else None
-        if message is None or message.get("verdict") != index:
-            self._lose()
-            return None
-        return message["result"]
-
-    def abort(self, index):
-        """Have the keeper kill the evaluator of test ``index`` and wait for it to say so."""
-        if not self.alive:
-            return
-        try:
-            self.sock.send(json.dumps({"abort": index}).encode())
-        except OSError:
-            self._lose()
-            return
-        message = self._receive(KEEPER_SLACK_S)
-        if message is None or message.get("verdict") != index:
-            self._lose()
-
-    def _lose(self):
-        """The keeper died, stalled or spoke out of turn: only a candidate can have caused that. It is
-        killed; every later function test fails."""
-        self.alive = False
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except OSError:
-            pass
-
-
-def _start_keeper(fd, size, setup):
-    """Fork the keeper; it reads the trusted frame (``size`` bytes) from ``fd``. Returns once it has read
-    it (the candidate frame follows in the stream)."""
-    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    pid = os.fork()
-    if pid == 0:
-        mine.close()
-        try:
-            _keeper_main(theirs, fd, size, setup)
-        finally:
-            os._exit(70)
-    theirs.close()
-    keeper = _Keeper(mine, pid)
-    message = keeper._receive(60.0)
-    if not (message or {}).get("read"):
-        raise RuntimeError(f"the keeper did not read the trusted part: {message!r}")
-    return keeper
-
-
-def _keeper_main(sock, fd, size, setup):
-    """The keeper's life: read the trusted part, set up like a program process, then fork one trusted
-    evaluator per test the harness asks for and pass its verdict on. Never returns."""
-    trusted = {test["index"]: test for test in json.loads(_read_exact(fd, size))["tests"]}
-    sock.send(b'{"read": true}')
-    null = os.open(os.devnull, os.O_RDWR)
-    for target in (fd, 1):  # the payload stream and the harness's record stream are never ours
-        os.dup2(null, target)
-    os.close(null)
-    setup()
-    _set_dumpable(0)
-    fc = _function_calls()
-    names = set()
-    for test in trusted.values():
-        names.update(fc.stdlib_names(test.get("setup", "") + "\n" + test.get("assertion", "")))
-    for name in names:  # once here, not once per evaluator
-        try:
-            __import__(name)
-        except Exception:  # noqa: BLE001 - the evaluator's NameError says what is missing
-            pass
-    sock.send(json.dumps({"ready": True}).encode())
-    while True:
-        try:
-            data, fds, _, _ = socket.recv_fds(sock, _CONTROL_BYTES, 1)
-        except OSError:
-            os._exit(0)
-        if not data:
-            os._exit(0)  # the harness is done
-        request = json.loads(data)
-        if "run" not in request or len(fds) != 1:
-            for extra in fds:
-                os.close(extra)
-            continue  # an abort that crossed a verdict already sent
-        index = request["run"]
-        result = _run_evaluator(trusted[index], fds[0], sock, float(request["time_limit_s"]))
-        sock.send(json.dumps({"verdict": index, "result": result}).encode())
-
-
-def _run_evaluator(test, channel, sock, time_limit):
-    """Fork a fresh trusted evaluator for ``test`` on ``channel`` and wait for its verdict, until the
-    harness aborts the test or the time limit (with slack) passes."""
-    verdict_r, verdict_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            sock.close()
-            os.close(verdict_r)
-            null = os.open(os.devnull, os.O_RDWR)
-            os.dup2(null, 2)  # the test's own prints and tracebacks go nowhere
-            os.close(null)
-            _cpu_limit(time_limit)
-            _set_dumpable(0)
-            result = _function_calls().evaluate(test, channel)
-            _write_all(verdict_w, json.dumps(result).encode())
-        finally:
-            os._exit(0)
-    os.close(verdict_w)
-    os.close(channel)
-    deadline = time.monotonic() + time_limit + KEEPER_SLACK_S
-    data, result = bytearray(), None
-    while result is None:
-        left = deadline - time.monotonic()
-        ready = select.select([verdict_r, sock], [], [], max(left, 0))[0] if left > 0 else []
-        if not ready:
-            result = {"status": "timeout", "message": "the trusted evaluator ran past the time limit"}
-        elif sock in ready:
-            message = sock.recv(_CONTROL_BYTES)
-            if not message:
-                os._exit(0)
-            result = {"status": "aborted", "message": "the test was stopped"}
-        else:
-            chunk = os.read(verdict_r, 1 << 16)
-            if chunk:
-                data += chunk
-                continue
-            try:
-                result = json.loads(data)
-            except ValueError:
-                result = {"status": "runtime_error", "message": "the trusted evaluator ended without a verdict "
-                          "(it was killed)"}
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except OSError:
-        pass
-    os.waitpid(pid, 0)
-    os.close(verdict_r)
-    return result
 
 
 def _serve(payload, keeper):
@@ -491,7 +273,7 @@ def _serve(payload, keeper):
                 _child_setup(stdin_fd, out_w, err_w, channel, time_limit)
             except BaseException:  # noqa: BLE001 - never return into the parent's loop
                 os._exit(121)
-            _set_dumpable(1)
+            judge_keeper.set_dumpable(1)
             return test["kind"]
         try:
             os.setpgid(pid, pid)  # also here: no race with the kill below
@@ -571,7 +353,7 @@ def _run_candidate(namespace, source, path, kind):
     try:
         exec(compile(source, path, "exec"), namespace)
         if kind == "function":
-            _function_calls().serve_calls(CHANNEL_FD, namespace)
+            function_calls.serve_calls(CHANNEL_FD, namespace)
     except SystemExit as exc:
         return _exit_status(exc)
     except BaseException:  # noqa: BLE001 - an uncaught exception: traceback, status 1
@@ -607,15 +389,15 @@ def _judge(fd, setup=_no_setup):
     if sys.flags.optimize:  # assertions would be compiled away: never judge under -O
         sys.stderr.write("the judge harness refuses to run with -O\n")
         os._exit(2)
-    _set_dumpable(0)
+    judge_keeper.set_dumpable(0)
     trusted_size = _frame_size(fd, b"T")
-    keeper = _start_keeper(fd, trusted_size, setup) if trusted_size else None
-    payload = json.loads(_read_exact(fd, _frame_size(fd, b"C")))
+    keeper = judge_keeper.start_keeper(fd, trusted_size, setup) if trusted_size else None
+    payload = json.loads(judge_keeper.read_exact(fd, _frame_size(fd, b"C")))
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, fd)  # the payload stream is never the program's to read
     os.close(null)
     setup()
-    _set_dumpable(0)  # again: a change of uid resets it
+    judge_keeper.set_dumpable(0)  # again: a change of uid resets it
     if keeper is not None:
         keeper.wait_ready()
     path = os.path.abspath(PROGRAM_FILE)
@@ -674,7 +456,9 @@ def _load_launcher(source):
     """The launcher module from its source (the pool sends it: inside the sandbox the checkout may be
     out of sight, e.g. under a /tmp that the sandbox replaces), not put in sys.modules: programs never
     see it by name."""
-    return _load_module("_sandbox_launcher", source)
+    module = types.ModuleType("_sandbox_launcher")
+    exec(compile(source, "launcher.py", "exec"), module.__dict__)
+    return module
 
 
 def _isolate(spec, launcher):
@@ -744,7 +528,7 @@ def _program_process(spec, launcher, cgroup_fd):
             _isolate(spec, launcher)
         except BaseException as exc:  # noqa: BLE001 - reported on stderr, the pool raises SandboxError
             try:
-                _write_all(2, f"sandbox set-up failed: {exc!r}\n".encode())
+                plain_data.write_all(2, f"sandbox set-up failed: {exc!r}\n".encode())
             finally:
                 os._exit(70)
 
@@ -756,8 +540,7 @@ def _server_main(cgroup_fd):
     spec = json.loads(_read_line(0, limit=1 << 24))  # it carries the launcher's and this file's text
     launcher = _load_launcher(spec.pop("launcher_source"))
     _warm_imports()
-    _function_calls()
-    _write_all(1, b'{"server_ready": true}\n')
+    plain_data.write_all(1, b'{"server_ready": true}\n')
     while True:
         header = _read_line(0)
         if not header:
@@ -773,7 +556,7 @@ def _server_main(cgroup_fd):
                 setup = _program_process(spec, launcher, cgroup_fd)
             except BaseException as exc:  # noqa: BLE001 - a set-up failure ends this program only
                 try:
-                    _write_all(2, f"sandbox set-up failed: {exc!r}\n".encode())
+                    plain_data.write_all(2, f"sandbox set-up failed: {exc!r}\n".encode())
                 finally:
                     os._exit(70)
             del spec, launcher, request, header, nonce, cgroup_fd
@@ -788,7 +571,7 @@ def _server_main(cgroup_fd):
             record.update(kind="exit", code=os.WEXITSTATUS(wstatus))
         record.update(cpu=cpu, stderr=base64.b64encode(err).decode(), stderr_bytes=err_total)
         # A newline first: a harness killed mid-line must not glue its partial line to this record.
-        _write_all(1, b"\n" + json.dumps(record).encode() + b"\n")
+        plain_data.write_all(1, b"\n" + json.dumps(record).encode() + b"\n")
 
 
 if __name__ == "__main__":

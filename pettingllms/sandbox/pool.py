@@ -38,7 +38,7 @@ from pettingllms.sandbox.judge import run_tests as judge_programs
 from pettingllms.sandbox.processes import kill_uid, remove_files_of_uid
 from pettingllms.sandbox.result import ExecutionResult, SandboxError, classify_exit
 from pettingllms.sandbox.rootfs import interpreter_paths, view_plan
-from pettingllms.sandbox.warm import WarmServer
+from pettingllms.sandbox.warm import SERVER_BOOTSTRAP, WarmServer
 
 logger = logging.getLogger(__name__)
 
@@ -617,17 +617,17 @@ class SandboxPool:
         if not (workdir.startswith("/tmp/")):  # the launcher binds the scratch there: it must exist
             os.makedirs(workdir, mode=0o700, exist_ok=True)
         status_r, status_w = os.pipe()
-        # The server gets its own code and the launcher's as text, not as paths: the sandbox may not see
-        # the checkout (one under /tmp is hidden by the sandbox's fresh /tmp).
+        # The server gets its own code and the launcher's as text on stdin, not as paths: the sandbox may not
+        # see the checkout (one under /tmp is hidden by the sandbox's fresh /tmp).
         spec = self._spec(workdir, identity, self._namespaces,
-                          [self.python, *self.config.python_args, "-c", harness_source(), "--serve"], status_w)
+                          [self.python, *self.config.python_args, "-c", SERVER_BOOTSTRAP, "--serve"], status_w)
         spec.update(server=True, code_file=None)
         # One cgroup for the slot's programs, one after the other (none is alive when the next starts).
         cgroup = spec["cgroup"] = self._new_cgroup(name=f"slot-{slot}-{time.monotonic_ns()}")
         server_spec = {**spec, "launcher_source": _source(LAUNCHER_PATH)}
         try:
-            server = WarmServer(self._launcher_argv(spec), server_spec, status_r, status_w, self._work_root,
-                                {"PATH": SANDBOX_PATH}, identity.uid, _read_status)
+            server = WarmServer(self._launcher_argv(spec), harness_source().encode(), server_spec, status_r,
+                                status_w, self._work_root, {"PATH": SANDBOX_PATH}, identity.uid, _read_status)
         except BaseException:
             self._drop_cgroup(cgroup)
             raise

@@ -30,6 +30,23 @@ from pettingllms.sandbox.result import SandboxError
 #: Seconds a fresh server may take to announce itself (launch + interpreter + imports).
 START_TIMEOUT_S = 60.0
 READY_LINE = b'{"server_ready": true}\n'
+#: The server's ``-c`` program: it reads the real one (the judge's harness bundle, too long for an argument)
+#: from stdin, as ``<size>\n<source>``, and runs it as ``__main__``.
+SERVER_BOOTSTRAP = (
+    "import os\n"
+    "def _read(size):\n"
+    "    data = b''\n"
+    "    while len(data) < size:\n"
+    "        chunk = os.read(0, size - len(data))\n"
+    "        if not chunk:\n"
+    "            raise EOFError('stdin ended inside the judge server program')\n"
+    "        data += chunk\n"
+    "    return data\n"
+    "header = b''\n"
+    "while not header.endswith(b'\\n'):\n"
+    "    header += _read(1)\n"
+    "exec(compile(_read(int(header)), 'judge_harness.py', 'exec'), {'__name__': '__main__'})\n"
+)
 
 
 def _tail(data: bytes, size: int = 2000) -> str:
@@ -37,11 +54,12 @@ def _tail(data: bytes, size: int = 2000) -> str:
 
 
 class WarmServer:
-    """One slot's server. ``call`` judges one payload; ``stop`` ends the sandbox (idempotent) and then
+    """One slot's server, started with ``argv`` (its ``-c`` program is :data:`SERVER_BOOTSTRAP`), then sent
+    ``program`` and ``spec`` on stdin. ``call`` judges one payload; ``stop`` ends the sandbox (idempotent) and then
     calls ``on_stop`` when set (the pool removes the slot's memory cgroup there). ``cgroup``: that
     cgroup's folder, or None."""
 
-    def __init__(self, argv: list[str], spec: dict, status_r: int, status_w: int, cwd: str,
+    def __init__(self, argv: list[str], program: bytes, spec: dict, status_r: int, status_w: int, cwd: str,
                  env: dict[str, str], uid: int, read_status) -> None:
         self._stop_lock = threading.Lock()
         self.on_stop = None
@@ -66,8 +84,8 @@ class WarmServer:
             os.set_blocking(fd, False)
         self._buffer = bytearray()
         try:
-            found, ended_by = self._send_and_wait(json.dumps(spec).encode() + b"\n", READY_LINE.rstrip(),
-                                                  START_TIMEOUT_S)
+            start = b"%d\n" % len(program) + program + json.dumps(spec).encode() + b"\n"
+            found, ended_by = self._send_and_wait(start, READY_LINE.rstrip(), START_TIMEOUT_S)
         except BaseException:
             self.stop()
             raise

@@ -394,12 +394,13 @@ def test_the_warm_server_starts_from_source_not_from_paths_into_the_checkout(mon
     # neither the server's command nor what it is sent may name a file of the checkout.
     import pettingllms.sandbox.pool as pool_module
     from pettingllms.sandbox.judge import HARNESS_PATH, harness_source
+    from pettingllms.sandbox.warm import SERVER_BOOTSTRAP
 
     seen = {}
 
     class Recorder:
-        def __init__(self, argv, spec, status_r, status_w, *rest):
-            seen.update(argv=argv, spec=spec)
+        def __init__(self, argv, program, spec, status_r, status_w, *rest):
+            seen.update(argv=argv, program=program, spec=spec)
             os.close(status_r)
             os.close(status_w)
             raise pool_module.SandboxError("recorded")
@@ -412,8 +413,9 @@ def test_the_warm_server_starts_from_source_not_from_paths_into_the_checkout(mon
             asyncio.run(p.run_tests(["print(1)"], [TestCase(stdin="", expected_stdout="1")], time_limit_s=2.0))
     server_argv = seen["spec"]["argv"]
     assert "-c" in server_argv and server_argv[-1] == "--serve"
-    assert HARNESS_PATH not in server_argv
+    assert HARNESS_PATH not in server_argv and server_argv[server_argv.index("-c") + 1] == SERVER_BOOTSTRAP
     assert seen["spec"]["launcher_source"].startswith('"""')
-    source = server_argv[server_argv.index("-c") + 1]
+    source = seen["program"].decode()
     assert source == harness_source() and source.endswith(open(HARNESS_PATH, encoding="utf-8").read())
-    assert source.startswith("_FUNCTION_CALLS_SOURCE = ")
+    assert source.startswith("import types as _bundle_types")  # the modules it uses come as text too
+    assert "function_calls = _bundled('function_calls', " in source
