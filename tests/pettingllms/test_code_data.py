@@ -1,10 +1,12 @@
 """Code benchmark loaders: every fixture schema loads into hand-checked records, the loaded tests agree with
 a bare subprocess running the reference solutions, filters, caps and errors behave, LiveCodeBench's
-restricted unpickler refuses code, and the normalised JSONL round-trips exactly."""
+restricted unpickler refuses code, the normalised JSONL round-trips exactly (older records included), and
+function-style tests the trusted judge cannot run are set aside with their reasons."""
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import gzip
 import importlib.util
 import json
@@ -29,6 +31,7 @@ from pettingllms.envs.code import (
     restricted_loads,
     write_jsonl,
 )
+from pettingllms.envs.code.analysis import classify_tests, count_tests, trusted_setup
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "code"
 FILES = {
@@ -125,7 +128,7 @@ def test_humaneval_fixture_from_a_gzip_file(tmp_path):
     assert len(problems) == 12 and {p.style for p in problems} == {"function"}
     add = problems[0]
     assert (add.problem_id, add.split, add.entry_point) == ("humaneval/0", "test", "add")
-    assert add.starter_code == add.prompt == 'def add(a, b):\n    """Return the sum of a and b.\n    """\n'
+    assert add.starter_code == add.prompt == add.test_setup == 'def add(a, b):\n    """Return the sum of a and b.\n    """\n'
     assert add.solutions == (add.prompt + "    return a + b\n",)
     assert len(add.tests) == 1 and add.tests[0]["assertion"].endswith(
         "    assert candidate(1000000000000, 1) == 1000000000001\n\ncheck(add)\n")
@@ -344,8 +347,8 @@ def test_jsonl_round_trip_is_exact_and_atomic(tmp_path):
     assert read_jsonl(target) == problems
     lines = target.read_text().splitlines()
     assert len(lines) == 60 and list(json.loads(lines[0])) == [
-        "problem_id", "dataset", "split", "style", "prompt", "starter_code", "entry_point", "tests",
-        "public_tests", "solutions", "difficulty", "metadata"]
+        "problem_id", "dataset", "split", "style", "prompt", "starter_code", "entry_point", "test_setup", "tests",
+        "public_tests", "unsupported_tests", "solutions", "difficulty", "metadata"]
     write_jsonl(target, read_jsonl(target))
     assert target.read_text().splitlines() == lines
     with pytest.raises(CodeDataError, match="make it with `pettingllms dataprocess code --source SOURCE"):
@@ -404,3 +407,80 @@ def test_private_tests_that_inflate_past_the_cap_are_refused(monkeypatch):
     monkeypatch.setattr(unpickle, "MAX_INFLATED_BYTES", 1000)
     with pytest.raises(ValueError, match="inflates past 1000 bytes"):
         unpickle.decode_private_tests(text)
+
+
+# ------------------------------------------------------------------ trusted setup and classification
+
+PAIR_ROW = {
+    "task_id": 601, "text": "Find the longest chain of pairs.",
+    "code": "class Pair(object):\n    def __init__(self, a, b):\n        self.a, self.b = a, b\n"
+            "def max_chain_length(arr, n):\n    return n - 1\n",
+    "test_list": ["assert max_chain_length([Pair(5, 24), Pair(15, 25)], 2) == 1",
+                  "assert max_chain_length([], 1) == 0"],
+    "test_setup_code": "", "challenge_test_list": ["assert max_chain_length([Pair(1, 2)], 1) == 0"],
+}
+
+
+def test_unsupported_tests_move_out_with_their_reason(tmp_path):
+    rows = [PAIR_ROW, {**PAIR_ROW, "task_id": 602, "test_list": PAIR_ROW["test_list"][:1]}]
+    problem, *rest = load_problems("mbpp", write_rows(tmp_path / "test.jsonl", rows), drop=False)
+    reason = "uses `Pair`, which the solution defines"
+    assert problem.tests == problem.public_tests == ({"assertion": "assert max_chain_length([], 1) == 0"},)
+    assert problem.unsupported_tests == (  # the public one moved once, then the challenge test
+        {"assertion": PAIR_ROW["test_list"][0], "reason": reason},
+        {"assertion": PAIR_ROW["challenge_test_list"][0], "reason": reason},
+    )
+    assert classify_tests(problem) == problem  # idempotent
+    assert rest[0].tests == () and len(rest[0].unsupported_tests) == 2
+
+
+def test_a_problem_left_without_a_test_is_dropped_and_counted(tmp_path, caplog):
+    rows = [PAIR_ROW, {**PAIR_ROW, "task_id": 602, "test_list": PAIR_ROW["test_list"][:1]}]
+    path = write_rows(tmp_path / "test.jsonl", rows)
+    with caplog.at_level("WARNING", logger="pettingllms.envs.code.data"):
+        kept = load_problems("mbpp", path)
+    assert [p.problem_id for p in kept] == ["mbpp/601"]
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line == f"mbpp {path}: dropped 1 problem(s) with no test the judge can run (e.g. mbpp/602)"
+    counts = count_tests(load_problems("mbpp", path, drop=False))
+    assert (counts.problems, counts.stdio, counts.supported, counts.unsupported) == (2, 0, 1, 4)
+    assert counts.reasons == (("uses `...`, which the solution defines", 4),) and counts.untestable == ("mbpp/602",)
+    assert counts.summary() == ("2 problems, 0 stdin/stdout tests, 1 function tests supported, 4 unsupported "
+                                "(4 uses `...`, which the solution defines); 1 problem(s) left with no test: mbpp/602")
+
+
+@pytest.mark.parametrize("dataset", sorted(FILES))
+def test_every_fixture_test_is_supported(dataset):
+    problems = load_problems(dataset, FILES[dataset], drop=False)
+    assert all(p.unsupported_tests == () and p.tests for p in problems)
+
+
+def test_packaged_humaneval_tests_are_all_supported_with_the_prompt_as_setup():
+    problems = load_problems("humaneval", None)
+    assert len(problems) == 164 and all(p.test_setup == p.prompt and not p.unsupported_tests for p in problems)
+    # /32, /38 and /50 call helpers of their prompt: without the trusted setup they could not run.
+    for number, helper in ((32, "poly"), (38, "encode_cyclic"), (50, "encode_shift")):
+        problem = problems[number]
+        no_setup = classify_tests(dataclasses.replace(problem, test_setup="", dataset="other"))
+        assert no_setup.tests == () and no_setup.unsupported_tests[0]["reason"] == f"uses `{helper}`, which the solution defines"
+
+
+def test_records_written_before_the_setup_field_read_with_defaults(tmp_path):
+    problems = load_problems("humaneval", FILES["humaneval"])[:2] + load_problems("apps", FILES["apps"])[:1]
+    old = [{k: v for k, v in p.to_json().items() if k not in ("test_setup", "unsupported_tests")} for p in problems]
+    path = write_rows(tmp_path / "test.jsonl", old)
+    read = read_jsonl(path)
+    assert [p.test_setup for p in read] == ["", "", ""] and all(p.unsupported_tests == () for p in read)
+    assert trusted_setup(read[0]) == read[0].prompt  # an older HumanEval record: its prompt
+    assert trusted_setup(read[2]) == "" and trusted_setup(problems[0]) == problems[0].test_setup
+    mbpp = load_problems("mbpp", FILES["mbpp"])[0]
+    assert trusted_setup(mbpp) == ""  # MBPP's setup code stays in each assertion
+
+
+def test_new_fields_are_validated():
+    with pytest.raises(CodeDataError, match=r"x/1: `test_setup` and `unsupported_tests` belong to function-style"):
+        CodeProblem("x/1", "x", "test", "stdio", "p", test_setup="import math")
+    with pytest.raises(CodeDataError, match=r"unsupported_tests\[0\]` must be a dict of strings with keys \['assertion', 'reason'\]"):
+        CodeProblem("x/1", "x", "test", "function", "p", entry_point="f", unsupported_tests=[{"assertion": "x"}])
+    with pytest.raises(CodeDataError, match="`test_setup` must be a string, got NoneType"):
+        CodeProblem("x/1", "x", "test", "function", "p", entry_point="f", test_setup=None)

@@ -89,11 +89,15 @@ def parts(result):
 # ---- scripted episodes, rewards by hand ----------------------------------------------------------------
 
 
-def test_right_coder_succeeds_in_one_step(data_path, pool):
+def test_right_coder_and_tester_end_the_episode_in_one_turn(data_path, pool):
     env, agents = setup(data_path)
     result = play(env, agents, CodeOraclePolicy(), pool)
-    assert result.success and result.done and len(result.steps) == 1
-    assert parts(result) == [("code_generator", 1.0, 1.0, 2.0)]  # alpha 1: 1 * 1.0 + 1.0
+    # The reference passes every hidden test, but only the tester's (public) test, which it passes, ends it.
+    assert result.success and result.done and len(result.steps) == 2
+    assert parts(result) == [("code_generator", 1.0, 1.0, 2.0),  # alpha 1: 1 * 1.0 + 1.0
+                             ("test_generator", 0.2, 1.0, 1.2)]  # both pass the public test: +0.2
+    assert [s.feedback for s in result.steps] == ["code_generator wrote a program",
+                                                  "test_generator wrote 1 test(s); the current program passes 1"]
 
 
 def test_wrong_coder_and_oracle_tester_play_the_whole_budget(data_path, pool):
@@ -171,7 +175,9 @@ def test_state_after_each_step(data_path, pool):
     asyncio.run(env.step_agent(coder, pool))
     assert state.programs == [PARTIAL, SOLUTION] and state.ground_truth.passed == (True, True, True)
     assert state.generated.passed == (True, True, False)  # the solution on the tester's tests, rejudged
-    assert env.done and env.success
+    # Every hidden test passes, but the tester's wrong test fails: the episode plays on (no hidden verdict ends it).
+    assert env.success and not env.done
+    assert state.last_report == "code_generator wrote a program; it passes 2 of the tester's 3 test(s)"
 
 
 def test_single_coder_and_a_tester_that_goes_first(data_path, pool):
@@ -211,12 +217,12 @@ def test_a_step_without_a_sandbox_worker_is_a_clear_error(data_path):
 
 
 def test_terminate_on_generated_tests_ends_without_success(data_path, pool):
-    env, agents = setup(data_path, terminate_on="generated_tests", max_turns=3)
+    env, agents = setup(data_path, max_turns=3)  # generated_tests, the default
     result = play(env, agents, Fixed(code_generator=fenced(PARTIAL), test_generator=stdio_tests(("1 2", "3"))), pool)
     assert result.done and not result.success and len(result.steps) == 2  # the partial program passes "1 2"
-    env, agents = setup(data_path, max_turns=3)
-    result = play(env, agents, Fixed(code_generator=fenced(PARTIAL), test_generator=stdio_tests(("1 2", "3"))), pool)
-    assert len(result.steps) == 6  # ground_truth (the default) plays on
+    env, agents = setup(data_path, max_turns=3, terminate_on="turns")
+    result = play(env, agents, Fixed(code_generator=fenced(SOLUTION), test_generator=stdio_tests(("1 2", "3"))), pool)
+    assert len(result.steps) == 6 and result.success  # `turns` plays the whole budget
 
 
 def test_seeds_index_the_split_and_missing_data_names_the_command(data_path, tmp_path):
@@ -230,6 +236,8 @@ def test_seeds_index_the_split_and_missing_data_names_the_command(data_path, tmp
         asyncio.run(env.reset(0))
     with pytest.raises(ValueError, match="`terminate_on` must be one of"):
         make_env("code", {"terminate_on": "first_pass"})
+    with pytest.raises(ValueError, match="`terminate_on: ground_truth` is no longer accepted"):
+        make_env("code", {"terminate_on": "ground_truth"})
 
 
 def test_random_policy_mixes_oracle_and_wrong_answers(data_path, pool):

@@ -1,4 +1,6 @@
-"""The code workflow's rewards and stop rules: hand-computed values, edge cases, and properties."""
+"""The code workflow's rewards and stop rules: hand-computed values, edge cases, and properties; the
+constant-output baseline (``beyond_constant``) against hand-computed cases and a brute-force count; no stop
+rule reads a hidden verdict."""
 
 from __future__ import annotations
 
@@ -12,10 +14,14 @@ from pettingllms.envs.code.rewards import (
     AGREE_REWARD,
     CATCH_REWARD,
     NO_TEST_REWARD,
+    PARTIAL_CREDIT,
     TERMINATE_ON,
     WRONG_TEST_REWARD,
+    beyond_constant,
+    check_partial_credit,
     check_terminate_on,
     coder_local_reward,
+    constant_share,
     episode_over,
     generated_test_score,
     generated_tests_reward,
@@ -23,6 +29,7 @@ from pettingllms.envs.code.rewards import (
     is_success,
     pass_rate,
     passes_generated_tests,
+    program_score,
     training_reward,
     valid_generated_tests,
 )
@@ -52,7 +59,7 @@ def test_success_needs_every_test_and_at_least_one():
 
 def test_constants_are_the_issue_values():
     assert (CATCH_REWARD, AGREE_REWARD, WRONG_TEST_REWARD, NO_TEST_REWARD) == (1.0, 0.2, -1.0, -1.0)
-    assert TERMINATE_ON[0] == "ground_truth"
+    assert TERMINATE_ON == ("generated_tests", "turns") and PARTIAL_CREDIT == ("beyond_constant", "pass_rate")
 
 
 @pytest.mark.parametrize("bad", [[1, 0], [T, "yes"], "TTF", 3, [None]])
@@ -122,31 +129,129 @@ def test_training_reward_rejects_non_finite_parts():
         training_reward(0.5, 0.0, math.inf)
 
 
+# ---- the constant-output baseline ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("outputs", "expected"),
+    [
+        (["YES"] * 5 + ["NO"] * 5, 0.5),
+        (["a", "b", "c", "d"], 0.0),  # no two tests share an output: no constant baseline
+        (["a", "a", "b", "c"], 0.5),
+        (["a", "a", "a", "b"], 0.75),
+        (["x"] * 3, 1.0),
+        ([None, None, None], 0.0),  # unreadable outputs are each their own
+        ([None, "a", "a"], 2 / 3),
+        (["a"], 0.0),
+        ([], 0.0),
+    ],
+)
+def test_constant_share_hand_computed(outputs, expected):
+    assert constant_share(outputs) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("p", "c", "expected"),
+    [
+        (0.5, 0.5, 0.0),  # 10 tests, 5 expect YES: a constant YES passes 5 and earns nothing
+        (0.4, 0.5, 0.0),  # below the baseline: clipped at 0
+        (0.75, 0.5, 0.5),  # (0.75 - 0.5) / 0.5
+        (1.0, 0.5, 1.0),
+        (0.3, 0.0, 0.3),  # no baseline: the pass rate
+        (1.0, 1.0, 1.0),  # every test expects one output: all or nothing
+        (0.9, 1.0, 0.0),
+        (0.0, 0.0, 0.0),
+    ],
+)
+def test_beyond_constant_hand_computed(p, c, expected):
+    assert beyond_constant(p, c) == pytest.approx(expected)
+
+
+def test_beyond_constant_checks_its_arguments():
+    with pytest.raises(ValueError, match=r"`p` must be a number in \[0, 1\], got 1.5"):
+        beyond_constant(1.5, 0.0)
+    with pytest.raises(ValueError, match="`c` must be a number in"):
+        beyond_constant(0.5, -0.1)
+    with pytest.raises(ValueError, match="`expected_outputs` must be a sequence"):
+        constant_share("YES")
+
+
+def test_a_constant_program_earns_nothing_and_a_real_one_earns_its_share_beyond_it():
+    outputs = ["YES"] * 5 + ["NO"] * 5
+    constant_yes = [T] * 5 + [F] * 5
+    assert global_reward(constant_yes, outputs, partial_credit="beyond_constant") == 0.0
+    assert coder_local_reward(constant_yes, outputs, partial_credit="beyond_constant") == 0.0
+    assert global_reward(constant_yes, outputs, partial_credit="pass_rate") == 0.5  # what the plain pass rate gave
+    eight = [T] * 5 + [T, T, T, F, F]
+    assert global_reward(eight, outputs, partial_credit="beyond_constant") == pytest.approx((0.8 - 0.5) / 0.5)
+    assert global_reward([T] * 10, outputs, partial_credit="beyond_constant") == 1.0
+    assert global_reward(None, outputs, partial_credit="beyond_constant") == 0.0  # no program
+    assert global_reward([], [], partial_credit="beyond_constant") == 0.0  # no test
+
+
+def test_program_score_needs_one_output_per_test_and_a_known_rule():
+    with pytest.raises(ValueError, match=r"`expected_outputs` must hold one output per test \(2\)"):
+        program_score([T, F], ["a"], partial_credit="beyond_constant")
+    with pytest.raises(ValueError, match=r"`expected_outputs` must hold one output per test"):
+        program_score([T, F], None, partial_credit="beyond_constant")
+    assert program_score([T, F], None) == 0.5  # the pass rate needs no outputs
+    with pytest.raises(ValueError, match=r"`partial_credit` must be one of \['beyond_constant', 'pass_rate'\], got 'x'"):
+        check_partial_credit("x")
+
+
+@given(st.lists(st.sampled_from("abcd"), min_size=1, max_size=12), st.data())
+def test_a_constant_program_earns_nothing_where_outputs_repeat(outputs, data):
+    # A program answering one constant passes exactly the tests that expect it (brute force over constants):
+    # nothing where some output repeats, unless every test expects that one output (then the constant is a
+    # right program); where no output repeats (c = 0), at most the one test it matches.
+    repeats = len(set(outputs)) < len(outputs)
+    for constant in "abcde":
+        passed = [o == constant for o in outputs]
+        score = global_reward(passed, outputs, partial_credit="beyond_constant")
+        if set(outputs) == {constant} and len(outputs) > 1:
+            assert score == 1.0
+        elif repeats:
+            assert score == 0.0
+        else:
+            assert score == sum(passed) / len(outputs) <= 1 / len(outputs)
+    passed = data.draw(st.lists(st.booleans(), min_size=len(outputs), max_size=len(outputs)))
+    score = global_reward(passed, outputs, partial_credit="beyond_constant")
+    assert 0.0 <= score <= global_reward(passed, outputs, partial_credit="pass_rate") + 1e-12
+    assert (score == 1.0) == all(passed)
+
+
 # ---- termination ---------------------------------------------------------------------------------------------
 
 
-def test_ground_truth_rule_ends_on_full_pass_or_turn_budget():
-    assert episode_over(terminate_on="ground_truth", ground_truth_passed=[T, T])
-    assert not episode_over(terminate_on="ground_truth", ground_truth_passed=[T, F])
-    assert not episode_over(terminate_on="ground_truth", ground_truth_passed=None)
-    assert episode_over(terminate_on="ground_truth", ground_truth_passed=[F], out_of_turns=True)
-    # Generated tests do not matter under the default rule.
-    assert not episode_over(
-        terminate_on="ground_truth", ground_truth_passed=[F], generated_program_passed=[T], generated_reference_passed=[T]
-    )
+def test_ground_truth_termination_is_refused_saying_why_and_what_to_use():
+    with pytest.raises(ValueError, match=r"`terminate_on: ground_truth` is no longer accepted: .*hidden tests.*"
+                                         r"use `generated_tests` .* or `turns`") as error:
+        check_terminate_on("ground_truth")
+    assert "\n" not in str(error.value)
 
 
-def test_generated_tests_rule_needs_a_valid_test():
-    over = lambda prog, ref: episode_over(  # noqa: E731
-        terminate_on="generated_tests", ground_truth_passed=[F], generated_program_passed=prog, generated_reference_passed=ref
-    )
-    assert over([T, T], [T, F])  # all pass, one valid
-    assert not over([T, F], [T, T])  # one fails
-    assert not over([T, T], [F, F])  # every test is wrong: none valid
-    assert not over([], [])  # no parseable test
-    assert not over(None, [T])  # no program
-    assert over([T], None)  # no reference: any parseable test is valid
-    assert not over([], None)
+def test_generated_tests_rule_ends_when_the_program_passes_the_testers_tests():
+    over = lambda prog: episode_over(terminate_on="generated_tests", generated_program_passed=prog)  # noqa: E731
+    assert over([T, T])
+    assert over([T])
+    assert not over([T, F])  # one fails
+    assert not over([])  # no parseable test
+    assert not over(None)  # no program, or no tests yet
+    assert episode_over(terminate_on="generated_tests", generated_program_passed=[F], out_of_turns=True)
+
+
+def test_turns_rule_plays_the_whole_budget():
+    assert not episode_over(terminate_on="turns", generated_program_passed=[T, T])
+    assert episode_over(terminate_on="turns", generated_program_passed=None, out_of_turns=True)
+
+
+def test_no_stop_rule_reads_a_hidden_verdict():
+    # The rule's only inputs are the program's verdicts on the tester's tests and the turn budget: the
+    # ground truth and the reference solution's verdicts are not parameters at all.
+    import inspect
+
+    assert set(inspect.signature(episode_over).parameters) == {"terminate_on", "generated_program_passed", "out_of_turns"}
+    assert set(inspect.signature(passes_generated_tests).parameters) == {"program_passed"}
 
 
 def test_valid_generated_tests_counts():
@@ -156,20 +261,21 @@ def test_valid_generated_tests_counts():
         valid_generated_tests(reference_passed=[T], count=2)
     with pytest.raises(ValueError, match="count"):
         valid_generated_tests(reference_passed=None, count=-1)
-    assert passes_generated_tests(program_passed=[T], reference_passed=[T])
 
 
-@pytest.mark.parametrize("bad", ["generated", "", "GROUND_TRUTH", None])
+@pytest.mark.parametrize("bad", ["generated", "", "GENERATED_TESTS", None])
 def test_unknown_terminate_on_is_an_error_naming_it(bad):
     with pytest.raises(ValueError, match="terminate_on"):
         check_terminate_on(bad)
     with pytest.raises(ValueError, match="terminate_on"):
-        episode_over(terminate_on=bad, ground_truth_passed=[T])
+        episode_over(terminate_on=bad, generated_program_passed=[T])
 
 
 def test_out_of_turns_must_be_a_bool():
     with pytest.raises(ValueError, match="out_of_turns"):
-        episode_over(terminate_on="ground_truth", ground_truth_passed=[T], out_of_turns="yes")
+        episode_over(terminate_on="turns", out_of_turns="yes")
+    with pytest.raises(ValueError, match="program_passed"):
+        passes_generated_tests([1, 1])
 
 
 # ---- properties ------------------------------------------------------------------------------------------------
@@ -211,8 +317,6 @@ def test_tester_reward_is_bounded_and_equals_the_mean_of_its_scores(pairs, no_pr
     assert reward == pytest.approx((catches * 1.0 + agrees * 0.2 - wrong * 1.0) / len(pairs))
 
 
-@given(st.lists(st.booleans(), max_size=20), st.lists(st.booleans(), max_size=20))
-def test_generated_rule_implies_some_valid_test_and_all_passing(program, reference):
-    reference = reference[: len(program)] + [True] * max(0, len(program) - len(reference))
-    if passes_generated_tests(program_passed=program, reference_passed=reference):
-        assert all(program) and any(reference)
+@given(st.lists(st.booleans(), max_size=20))
+def test_generated_rule_is_all_of_at_least_one(program):
+    assert passes_generated_tests(program) == (bool(program) and all(program))

