@@ -13,10 +13,13 @@ Two kinds of failure, treated differently (ARCHITECTURE.md principle 7):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 #: Failure labels a step can report (all caused by the model, all rewarded, none raised).
-MODEL_FAILURES: tuple[str, ...] = ("parse_error", "tool_error", "tool_timeout", "tool_killed", "no_proposal")
+MODEL_FAILURES: tuple[str, ...] = ("parse_error", "tool_error", "tool_timeout", "tool_killed", "no_proposal",
+                                   "verify_timeout")
 
 
 class ParseError(ValueError):
@@ -89,3 +92,15 @@ class FailureBudget:
     @property
     def rate(self) -> float:
         return failure_rate(self.infra_failed, self.attempted)
+
+
+def failure_counts(samples: Iterable[Any], prefix: str = "") -> dict[str, float]:
+    """``<prefix>failures/<label>``: how many samples (anything with a ``failure`` label or None) reported
+    each model failure (a parse error, a tool that timed out, an answer whose verification timed out, ...);
+    labels that did not occur are left out."""
+    counts: dict[str, float] = {}
+    for sample in samples:
+        if sample.failure is not None:
+            key = f"{prefix}failures/{sample.failure}"
+            counts[key] = counts.get(key, 0.0) + 1.0
+    return dict(sorted(counts.items()))

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from comlrl.atomic_io import atomic_write_json
+from pettingllms.agents.failures import failure_counts
 from pettingllms.config.loader import RESOLVED_CONFIG_FILE, ConfigError, section_to_dataclass
 from pettingllms.execution.pass_at_k import CONFIDENCE, mean_pass_at_k, pass_at_k_intervals, pass_at_k_sizes
 from pettingllms.execution.router import Router
@@ -111,7 +112,8 @@ def success_counts(result: Any) -> list[tuple[int, int]]:
 def eval_metrics(result: Any) -> dict[str, float]:
     """Summary of an :class:`~pettingllms.execution.EvalResult`: ``success_rate``, ``num_problems`` (the
     instances scored), ``num_trajectories``, ``dropped``, per agent role ``agent/<role>/reward_mean`` and
-    ``agent/<role>/parse_error_rate`` over its decisions, and, with several trajectories per instance,
+    ``agent/<role>/parse_error_rate`` over its decisions, ``agent/<role>/failures/<label>`` (its samples per
+    model failure that occurred, e.g. ``verify_timeout``), and, with several trajectories per instance,
     the unbiased ``pass@<k>`` (:mod:`pettingllms.execution.pass_at_k`) for ``k`` = 1, 2, 4, ... up to
     the number of trajectories, and that number itself."""
     metrics = {
@@ -130,6 +132,7 @@ def eval_metrics(result: Any) -> dict[str, float]:
     for role, samples in sorted(by_role.items()):
         metrics[f"agent/{role}/reward_mean"] = sum(s.reward for s in samples) / len(samples)
         metrics[f"agent/{role}/parse_error_rate"] = sum(s.parse_error is not None for s in samples) / len(samples)
+        metrics.update(failure_counts(samples, f"agent/{role}/"))
     return metrics
 
 

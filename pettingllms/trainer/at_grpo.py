@@ -66,6 +66,8 @@ Metric names (logged every ``logging_steps`` to ``output_dir/metrics.jsonl`` and
   ``frac_reward_zero_std``, ``parse_error_rate``, ``completions/mean_length``, ``num_samples``,
   ``dropped_samples`` (infrastructure failures and non-finite rewards), ``generate_calls``,
   ``nonfinite_losses_skipped`` and ``nonfinite_rewards_dropped`` (run totals),
+  ``failures/<label>`` (samples of the rollout that reported a model failure: ``parse_error``,
+  ``tool_timeout``, ``verify_timeout``, ...; labels that did not occur are left out),
   ``time/{rollout,generate,env,update,step}_s``;
 - ``agent/<role>/...`` and ``agent/<role>/turn_<t>/...``: ``reward_mean``/``reward_std`` (mixed),
   ``global_reward_*``, ``local_reward_*``, ``frac_reward_zero_std``, ``parse_error_rate``, ``success_rate``

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from comlrl.rl import PPOLossOutput, group_stats
+from pettingllms.agents.failures import failure_counts
 from pettingllms.execution import Sample
 from pettingllms.trainer.grouping import member_table
 
@@ -89,6 +90,7 @@ def rollout_metrics(samples: Sequence[Sample], zero_std_atol: float = 1e-8) -> d
     out["num_samples"] = float(len(samples))
     out["parse_error_rate"] = sum(s.parse_error is not None for s in samples) / len(samples)
     out["completions/mean_length"] = sum(len(s.completion_ids) for s in samples) / len(samples)
+    out.update(failure_counts(samples))
     outcomes = episode_successes(samples)
     subsets: dict[str, list[Sample]] = {}
     for s in samples:

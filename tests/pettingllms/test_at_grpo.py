@@ -3,6 +3,7 @@ and the config's validation; and that :mod:`pettingllms.trainer.at_grpo` still e
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -363,6 +364,15 @@ def test_rollout_metrics_per_agent_turn_and_policy_match_hand_computation():
     assert m["policy/tool/reward"] == pytest.approx(5 / 4)
     assert m["policy/tool/frac_reward_zero_std"] == 0.0
     assert m["policy/plan/frac_reward_zero_std"] == 1.0
+    assert not any(key.startswith("failures/") for key in m)  # no sample reported a failure
+
+
+def test_model_failures_are_counted_per_label():
+    samples = [dataclasses.replace(make_sample(0, 0, 0, c), failure=label)
+               for c, label in enumerate(["parse_error", "verify_timeout", "verify_timeout", None])]
+    m = rollout_metrics(samples)
+    assert {k: v for k, v in m.items() if "failures/" in k and not k.startswith(("agent/", "policy/"))} == {
+        "failures/parse_error": 1.0, "failures/verify_timeout": 2.0}
 
 
 def test_agent_success_is_the_team_success_of_the_episodes_the_agent_acted_in():
