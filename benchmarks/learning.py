@@ -39,8 +39,9 @@ model) and the command line's overrides; numbers are read back from the run fold
    cell's final policy stays in ``<results>/cache/<cell>/policies`` for ``learning_failures.py``.
 
 Every cell writes ``<results>/<cell>.json`` atomically when done; a rerun skips cells whose settings key
-(a hash of the resolved config, stage sections the cell does not run left out) matches, so the table can be
-completed across sessions. A record made before keys were added to the configs still counts when its
+(a hash of the resolved config, stage sections the cell does not run left out, and the environment's
+``PROMPT_VERSION``: prompt text is code, so a prompt change makes new cells) matches, so the table can be
+completed across sessions; a record without a prompt version was made with version 1. A record made before keys were added to the configs still counts when its
 recorded config, with the added keys at their current values (:func:`with_added_keys`), gives the current
 key, and a cell only when its warm start's numbers equal the current warm start record's (a warm start
 retrained since must have reproduced them exactly); the summary lists such records under ``rekeyed``. ``--smollm`` adds
@@ -64,6 +65,7 @@ import argparse
 import copy
 import functools
 import hashlib
+import importlib
 import json
 import math
 import os
@@ -337,10 +339,23 @@ def settings_hash(values: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
-def config_key(config: Mapping[str, Any], drop: Sequence[str] = (), replace: Mapping[str, Any] | None = None) -> str:
+def prompt_version(config: Mapping[str, Any]) -> int:
+    """The ``PROMPT_VERSION`` of the config's environment's prompts module (1 where it has none): prompt text
+    is code, not config, so a key made of the config alone would reuse cells measured with older prompts."""
+    try:
+        prompts = importlib.import_module(f"pettingllms.envs.{config['env']['name']}.prompts")
+    except ModuleNotFoundError:
+        return 1
+    return int(getattr(prompts, "PROMPT_VERSION", 1))
+
+
+def config_key(config: Mapping[str, Any], drop: Sequence[str] = (), replace: Mapping[str, Any] | None = None,
+               prompts: int | None = None) -> str:
     """Hash of ``config`` without :data:`KEY_IGNORED` and the sections in ``drop``, with the dotted keys of
-    ``replace`` set (e.g. a warm start's folder replaced by its key)."""
+    ``replace`` set (e.g. a warm start's folder replaced by its key), and the prompt version ``prompts``
+    (default: the environment's current one, :func:`prompt_version`)."""
     values = copy.deepcopy(dict(config))
+    values["prompt_version"] = prompt_version(config) if prompts is None else prompts
     for name in drop:
         values.pop(name, None)
     for dotted in KEY_IGNORED:
@@ -364,8 +379,8 @@ def warm_start_key(seed: int, task: Sequence[str], results: Path, bench: BenchTa
     return warm_config_key(warm_start_config(seed, task, results, bench))
 
 
-def warm_config_key(config: Mapping[str, Any]) -> str:
-    return config_key(config, drop=("pipeline", *STAGE_SECTIONS))
+def warm_config_key(config: Mapping[str, Any], prompts: int | None = None) -> str:
+    return config_key(config, drop=("pipeline", *STAGE_SECTIONS), prompts=prompts)
 
 
 def with_added_keys(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, Any]:
@@ -430,16 +445,19 @@ def cell_config(
     return run_config(method.policy_level, [*overrides, f"{stage}.max_steps={steps}"], seed, output_dir, bench)
 
 
-def cell_key(config: Mapping[str, Any], method_name: str, warm_key: str) -> str:
+def cell_key(config: Mapping[str, Any], method_name: str, warm_key: str, prompts: int | None = None) -> str:
     unused = [s for s in STAGE_SECTIONS if s not in config["pipeline"]]
     return settings_hash({"method": method_name,
-                          "config": config_key(config, drop=unused, replace={"model.name": warm_key})})
+                          "config": config_key(config, drop=unused, replace={"model.name": warm_key},
+                                               prompts=prompts)})
 
 
 def warm_rekey(current: Mapping[str, Any]):
     """For a warm-start record made earlier: its key under the current config (:func:`with_added_keys`)."""
     def rekey(record: Mapping[str, Any]) -> str | None:
-        return warm_config_key(with_added_keys(record["config"], current)) if "config" in record else None
+        if "config" not in record:
+            return None
+        return warm_config_key(with_added_keys(record["config"], current), record.get("prompt_version", 1))
     return rekey
 
 
@@ -454,7 +472,8 @@ def cell_rekey(current: Mapping[str, Any], method_name: str, warm_key: str, warm
         starts = {k: v for k, v in record.get("warm_start", {}).items() if k != "model_dir"}
         if not starts or any(warm_record.get(k) != v for k, v in starts.items()):
             return None
-        return cell_key(with_added_keys(record["config"], current), method_name, warm_key)
+        return cell_key(with_added_keys(record["config"], current), method_name, warm_key,
+                        record.get("prompt_version", 1))
     return rekey
 
 
@@ -683,6 +702,7 @@ def job_warm_start(seed: int, task: Sequence[str], results: Path, bench: BenchTa
     sft = multi["sft"]["metrics"]
     record = {
         "seed": seed, "settings_key": warm_start_key(seed, task, results, bench), "config": config,
+        "prompt_version": prompt_version(config),
         "model_dir": str(model_dir),
         "demonstrations": {k.split("/")[1]: int(v) for k, v in sft.items() if k.endswith("/examples")},
         "sft_loss_first": sft.get("sft/loss_first"), "sft_loss_last": sft.get("sft/loss_last"),
@@ -742,6 +762,7 @@ def job_cell(
         "sampling_mode": args.sampling_mode, "roles": roles,
         "tools": role_tools(method.policy_level, bench.name, method.overrides),
         "settings_key": cell_key(config, method_name, warm_key), "config": config,
+        "prompt_version": prompt_version(config),
         "warm_start": {k: warm[k] for k in (*(s.key for s in bench.starts), "model_dir")},
         "success_before": before["success_rate"], "success_after": after["success_rate"],
         "gain": after["success_rate"] - before["success_rate"],

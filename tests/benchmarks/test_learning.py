@@ -222,6 +222,26 @@ def test_a_record_made_before_keys_were_added_still_counts_and_one_with_other_va
         "a": {"b": 1, "c": 4}, "gone": 2, "new": 5}
 
 
+def test_a_prompt_change_makes_new_keys_and_old_records_do_not_count(tmp_path, monkeypatch):
+    # Prompt text is code: a record measured with older prompts must not be reused for the current ones.
+    bench = learning.TASKS["math/arith"]
+    current = learning.cell_config("at_grpo_l1", 0, [], [], tmp_path, "unused", bench=bench)
+    assert learning.prompt_version(current) >= 2  # math's prompts lost the verdict (version 2)
+    warm = tmp_path / "warmstart-seed0.json"
+    warm.write_text(json.dumps({"settings_key": "w", "start_multi": 0.25}))
+    key = learning.cell_key(current, "at_grpo_l1", "w")
+    assert key != learning.cell_key(current, "at_grpo_l1", "w", prompts=1)
+    record = {"settings_key": "older", "config": current, "warm_start": {"start_multi": 0.25}}
+    path = tmp_path / "at_grpo_l1-seed0.json"
+    path.write_text(json.dumps(record))  # no prompt_version: made with version 1
+    rekey = learning.cell_rekey(current, "at_grpo_l1", "w", warm)
+    assert not learning._job_done(path, key, rekey)
+    path.write_text(json.dumps({**record, "prompt_version": learning.prompt_version(current)}))
+    assert learning._job_done(path, key, rekey)  # the same config with the current prompts counts
+    plan = learning.cell_config("at_grpo_l1", 0, [], [], tmp_path, "unused")
+    assert learning.prompt_version(plan) == 1  # no PROMPT_VERSION: Plan-Path's records stay valid
+
+
 def test_preference_cells_read_every_at_grpo_stage_and_compare_with_at_grpo_l1_per_seed(tmp_path):
     for folder, sizes in (("at_grpo", [40, 36]), ("at_grpo_2", [44])):
         (tmp_path / folder).mkdir()

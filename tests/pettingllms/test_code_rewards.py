@@ -136,13 +136,13 @@ def test_training_reward_rejects_non_finite_parts():
     ("outputs", "expected"),
     [
         (["YES"] * 5 + ["NO"] * 5, 0.5),
-        (["a", "b", "c", "d"], 0.0),  # no two tests share an output: no constant baseline
+        (["a", "b", "c", "d"], 0.25),  # no two tests share an output: a constant still matches one
         (["a", "a", "b", "c"], 0.5),
         (["a", "a", "a", "b"], 0.75),
         (["x"] * 3, 1.0),
-        ([None, None, None], 0.0),  # unreadable outputs are each their own
+        ([None, None, None], 1 / 3),  # unreadable outputs are each their own
         ([None, "a", "a"], 2 / 3),
-        (["a"], 0.0),
+        (["a"], 1.0),  # one test: all or nothing
         ([], 0.0),
     ],
 )
@@ -200,20 +200,13 @@ def test_program_score_needs_one_output_per_test_and_a_known_rule():
 
 
 @given(st.lists(st.sampled_from("abcd"), min_size=1, max_size=12), st.data())
-def test_a_constant_program_earns_nothing_where_outputs_repeat(outputs, data):
+def test_a_constant_program_earns_nothing(outputs, data):
     # A program answering one constant passes exactly the tests that expect it (brute force over constants):
-    # nothing where some output repeats, unless every test expects that one output (then the constant is a
-    # right program); where no output repeats (c = 0), at most the one test it matches.
-    repeats = len(set(outputs)) < len(outputs)
+    # nothing, unless every test expects that one output (then the constant is a right program).
     for constant in "abcde":
         passed = [o == constant for o in outputs]
         score = global_reward(passed, outputs, partial_credit="beyond_constant")
-        if set(outputs) == {constant} and len(outputs) > 1:
-            assert score == 1.0
-        elif repeats:
-            assert score == 0.0
-        else:
-            assert score == sum(passed) / len(outputs) <= 1 / len(outputs)
+        assert score == (1.0 if set(outputs) == {constant} else 0.0)
     passed = data.draw(st.lists(st.booleans(), min_size=len(outputs), max_size=len(outputs)))
     score = global_reward(passed, outputs, partial_credit="beyond_constant")
     assert 0.0 <= score <= global_reward(passed, outputs, partial_credit="pass_rate") + 1e-12

@@ -11,8 +11,8 @@ touches the sandbox.
 
   - ``pass_rate``: the fraction of tests passed, ``p``;
   - ``beyond_constant`` (the training default): credit only beyond what one constant answer earns. With
-    ``c`` the largest share of the tests that expect one same output (:func:`constant_share`; 0 when no
-    two tests share one), the score is ``(p - c) / (1 - c)`` clipped at 0, and when ``c == 1``, 1 if
+    ``c`` the largest share of the tests that expect one same output (:func:`constant_share`; at least
+    ``1 / n``, since one constant always matches one test), the score is ``(p - c) / (1 - c)`` clipped at 0, and when ``c == 1``, 1 if
     ``p == 1`` else 0 (:func:`beyond_constant`). A program that prints or returns one constant passes at
     most a ``c`` share of the tests, so it earns nothing: 10 tests of which 5 expect ``YES``, a program
     printing ``YES`` passes 5, ``p = c = 0.5``, score 0.
@@ -82,12 +82,14 @@ def pass_rate(passed: Verdicts | None, *, name: str = "passed") -> float:
 
 def constant_share(expected_outputs: Sequence[Hashable | None]) -> float:
     """``c``: the largest share of the tests that expect one same output (``None``: an output that cannot
-    be read, its test's own); 0.0 when no two tests share an output, or with no test."""
+    be read, its test's own), so at least ``1 / n``: one constant always matches one test's output (a
+    problem whose outputs all differ still pays nothing for returning one of them); 0.0 with no test."""
     if isinstance(expected_outputs, (str, bytes)) or not isinstance(expected_outputs, Sequence):
         raise ValueError(f"`expected_outputs` must be a sequence (one per test), got {type(expected_outputs).__name__}")
+    if not expected_outputs:
+        return 0.0
     counts = Counter(output for output in expected_outputs if output is not None)
-    largest = max(counts.values(), default=0)
-    return largest / len(expected_outputs) if largest >= 2 else 0.0
+    return max(counts.values(), default=1) / len(expected_outputs)
 
 
 def beyond_constant(p: float, c: float) -> float:
