@@ -22,17 +22,20 @@ import asyncio
 import base64
 import hashlib
 import json
+import logging
 import math
 import os
 import threading
 import weakref
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 from pettingllms.sandbox import plain_data
 from pettingllms.sandbox.compare import COMPARE_MODES, FLOAT_TOLERANCE, compare_output
 from pettingllms.sandbox.result import SandboxError
+
+logger = logging.getLogger(__name__)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 HARNESS_PATH = os.path.join(_HERE, "judge_harness.py")
@@ -153,7 +156,8 @@ class TestVerdict:
 
 
 class VerdictCache:
-    """LRU of per-program verdict lists, keyed by a digest of (program, tests, limits)."""
+    """LRU of per-program verdict lists, keyed by a digest of (program, tests, limits); ``statuses`` counts
+    the statuses of every verdict judged (not of cache hits), ``test_error`` and ``unsupported`` included."""
 
     def __init__(self, size: int = CACHE_SIZE) -> None:
         self.size = size
@@ -161,6 +165,8 @@ class VerdictCache:
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+        self.statuses: Counter[str] = Counter()
+        self.faulty_tests: set[str] = set()  # tests already logged as the test's fault
 
     def get(self, key: str) -> tuple[TestVerdict, ...] | None:
         with self._lock:
@@ -174,6 +180,7 @@ class VerdictCache:
 
     def put(self, key: str, verdicts: tuple[TestVerdict, ...]) -> None:
         with self._lock:
+            self.statuses.update(v.status for v in verdicts)
             self._entries[key] = verdicts
             self._entries.move_to_end(key)
             while len(self._entries) > self.size:
@@ -388,6 +395,21 @@ async def _judge_program(pool: Any, program: str, tests: list[TestCase], time_li
     return tuple(verdicts)
 
 
+def _log_test_faults(cache: VerdictCache, tests: list[TestCase], verdicts: tuple[TestVerdict, ...]) -> None:
+    """One warning per test whose verdict is the test's own fault (it counts toward nothing, so a broken
+    dataset test must not go unnoticed); ``cache.statuses`` counts every one."""
+    for test, verdict in zip(tests, verdicts):
+        if verdict.status not in TEST_FAULTS:
+            continue
+        key = _digest(_test_key(test))
+        if key in cache.faulty_tests:
+            continue
+        cache.faulty_tests.add(key)
+        logger.warning("judge: a test's own fault (%s, counted toward nothing): %s; test: %.200r",
+                       verdict.status, verdict.error.strip().splitlines()[0] if verdict.error.strip() else "",
+                       test.assertion if test.assertion is not None else test.args)
+
+
 def _check_arguments(programs: Any, tests: Any, time_limit_s: Any, output_limit_bytes: Any,
                      compare: Any) -> None:
     if not isinstance(programs, (list, tuple)) or not all(isinstance(p, str) for p in programs):
@@ -438,6 +460,7 @@ async def run_tests(pool: Any, programs: list[str], tests: list[TestCase], *, ti
     for key, verdicts in zip(todo, results):
         cache.put(key, verdicts)
         found[key] = verdicts
+        _log_test_faults(cache, tests, verdicts)
     return [list(found[key]) for key in keys]
 
 

@@ -394,6 +394,19 @@ def test_using_a_handle_as_a_value_fails_and_the_tests_faults_count_for_nothing(
 
 
 @needs_linux
+def test_the_tests_own_faults_are_counted_and_logged_once(pool, caplog):
+    from pettingllms.sandbox.judge import verdict_cache
+
+    broken = TestCase(assertion="assert f(2) == 4", entry_point="f", setup="raise ImportError('dataset gone')")
+    before = verdict_cache(pool).statuses["test_error"]
+    with caplog.at_level("WARNING", logger="pettingllms.sandbox.judge"):
+        judge(pool, [DOUBLE, DOUBLE + "# another program\n"], [broken, *DOUBLE_TESTS])
+    assert verdict_cache(pool).statuses["test_error"] - before == 2  # one per program judged
+    warnings = [r.getMessage() for r in caplog.records if "own fault" in r.getMessage()]
+    assert len(warnings) == 1 and "ImportError: dataset gone" in warnings[0]
+
+
+@needs_linux
 def test_hangs_floods_and_attacks_on_the_evaluator_fail_only_their_program(pool):
     programs = {
         "hang": "def f(x):\n    while True:\n        pass\n",
