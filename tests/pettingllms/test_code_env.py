@@ -94,8 +94,9 @@ def test_right_coder_and_tester_end_the_episode_in_one_turn(data_path, pool):
     result = play(env, agents, CodeOraclePolicy(), pool)
     # The reference passes every hidden test, but only the tester's (public) test, which it passes, ends it.
     assert result.success and result.done and len(result.steps) == 2
+    # The public test "1 2" -> 3 is valid and fails the reference's mutant `a - b`, a known-wrong program: +1.
     assert parts(result) == [("code_generator", 1.0, 1.0, 2.0),  # alpha 1: 1 * 1.0 + 1.0
-                             ("test_generator", 0.2, 1.0, 1.2)]  # both pass the public test: +0.2
+                             ("test_generator", 1.0, 1.0, 2.0)]
     assert [s.feedback for s in result.steps] == ["code_generator wrote a program",
                                                   "test_generator wrote 1 test(s); the current program passes 1"]
 
@@ -112,8 +113,9 @@ def test_partial_coder_and_a_tester_with_one_wrong_test(data_path, pool):
     env, agents = setup(data_path, alpha=0.5, max_turns=1)
     policy = Fixed(code_generator=fenced(PARTIAL), test_generator=stdio_tests(("1 2", "3"), ("2 2", "5")))
     result = play(env, agents, policy, pool)
-    # coder: 2 of 3 ground-truth tests. tester: test 1 both pass (+0.2), test 2 the reference fails (-1).
-    coder, tester = 2 / 3, (0.2 - 1.0) / 2
+    # coder: 2 of 3 ground-truth tests. tester: test 1 is valid and fails the mutant `a - b` (+1), test 2 the
+    # reference fails (-1).
+    coder, tester = 2 / 3, (1.0 - 1.0) / 2
     assert parts(result) == [("code_generator", coder, coder, 0.5 * coder + coder),
                              ("test_generator", tester, coder, 0.5 * coder + tester)]
 
@@ -136,8 +138,13 @@ def test_function_problem_with_assert_tests(data_path, pool):
     policy = Fixed(code_generator=fenced(wrong),
                    test_generator=fenced("assert square(2) == 4\nassert square(3) == 9\nassert True"))
     result = play(env, agents, policy, pool, seed=1)
-    assert parts(result) == [("code_generator", 0.0, 0.0, 0.0), ("test_generator", 0.6, 0.0, 0.6)]  # (0.2 + 1) / 2
-    assert env.state.generated_tests == [{"assertion": "assert square(2) == 4"}, {"assertion": "assert square(3) == 9"}]
+    # square(2) == 4: valid, and the wrong program passes it (the reference has no mutant but `return None`,
+    # which is left out): 0. square(3) == 9: valid, the wrong program fails it: +1. `assert True` is dropped.
+    assert parts(result) == [("code_generator", 0.0, 0.0, 0.0), ("test_generator", 0.5, 0.0, 0.5)]
+    assert env.state.generated_tests == [{"call": "assert square(2) == 4"}, {"call": "assert square(3) == 9"}]
+    assert env.state.generated_dropped == 1
+    assert result.steps[1].feedback == ("test_generator wrote 2 test(s) (1 part(s) not understood); "
+                                        "the current program passes 1")
 
 
 # ---- the state after each step ---------------------------------------------------------------------------
@@ -157,7 +164,8 @@ def test_state_after_each_step(data_path, pool):
     assert state.ground_truth.passed == (True, True, False)
     failure = state.ground_truth.first_failure
     assert "Input:\n10 -3" in failure and "Expected output:\n7" in failure and "Program output:\n0" in failure
-    assert state.generated is None and state.reference is None and state.generated_tests == []
+    assert state.generated is None and state.tester_evidence is None and state.generated_tests == []
+    assert state.failed_ground_truth == [True]  # hidden: only the tester's reward reads it
 
     tester.update_from_env(0, env)
     assert "Current program:" in tester.prompt[1]["content"] and "a < 10" in tester.prompt[1]["content"]
@@ -166,14 +174,18 @@ def test_state_after_each_step(data_path, pool):
     assert state.generated_tests == [{"stdin": "1 2\n", "expected_stdout": "3"},
                                      {"stdin": "10 -3\n", "expected_stdout": "7"},
                                      {"stdin": "0 0\n", "expected_stdout": "1"}]
-    assert state.generated.passed == (True, False, False) and state.reference.passed == (True, True, False)
+    evidence = state.tester_evidence
+    assert state.generated.passed == (True, False, False) and evidence.valid == (True, True, False)
+    # "1 2" fails the mutant `a - b`, "10 -3" the program itself; "0 0" -> 1 is invalid whatever it fails.
+    assert evidence.catches == (True, True, True) and evidence.references == 1
     assert state.position == 0 and state.turn == 1
-    assert tester.local_reward == pytest.approx((0.2 + 1.0 - 1.0) / 3)
+    assert tester.local_reward == pytest.approx((1.0 + 1.0 - 1.0) / 3)
 
     coder.update_from_env(1, env)
     coder.update_from_model(fenced(SOLUTION))
     asyncio.run(env.step_agent(coder, pool))
     assert state.programs == [PARTIAL, SOLUTION] and state.ground_truth.passed == (True, True, True)
+    assert state.failed_ground_truth == [True, False]
     assert state.generated.passed == (True, True, False)  # the solution on the tester's tests, rejudged
     # Every hidden test passes, but the tester's wrong test fails: the episode plays on (no hidden verdict ends it).
     assert env.success and not env.done
@@ -189,9 +201,10 @@ def test_single_coder_and_a_tester_that_goes_first(data_path, pool):
 
     env, agents = setup(data_path, turn_order=["test_generator", "code_generator"], max_turns=1)
     result = play(env, agents, CodeOraclePolicy(), pool)
-    # No program yet: the public test fails it (and the reference passes it), a catch: +1.
-    assert parts(result) == [("test_generator", 1.0, 0.0, 1.0), ("code_generator", 1.0, 1.0, 2.0)]
-    assert env.state.reference.passed == (True,) and env.state.generated.passed == (True,)
+    # No program yet: the public test is valid, but nothing is paid for catching before a program exists: 0.
+    assert parts(result) == [("test_generator", 0.0, 0.0, 0.0), ("code_generator", 1.0, 1.0, 2.0)]
+    evidence = env.state.tester_evidence
+    assert evidence.valid == (True,) and evidence.catches is None and env.state.generated.passed == (True,)
 
 
 # ---- parse errors, workers, termination, data -----------------------------------------------------------
@@ -257,9 +270,10 @@ def test_oracle_tests_of_humaneval_pass_the_reference_and_catch_a_wrong_program(
     for seed in range(3):
         result = play(env, agents, policy, pool, seed)
         assert 1 <= len(env.state.generated_tests) <= 3
-        assert env.state.reference.all_passed and not any(env.state.generated.passed)
+        assert all(env.state.tester_evidence.valid) and not any(env.state.generated.passed)
         assert result.steps[1].local_reward == 1.0
-    assert oracle_tests(env.problems()[0])[0]["assertion"].startswith("assert has_close_elements(")
+    assert oracle_tests(env.problems()[0])[0] == {"call": "assert has_close_elements([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], "
+                                                          "0.3) == True"}
 
 
 

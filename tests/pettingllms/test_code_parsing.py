@@ -16,12 +16,16 @@ from hypothesis import strategies as st
 
 from pettingllms.agents import ParseError
 from pettingllms.envs.code.parsing import (
-    AssertTests,
+    CallTest,
+    CallTests,
     StdioTestCase,
     StdioTests,
+    call_test,
     format_program,
     format_stdio_tests,
-    parse_assert_tests,
+    is_solution_class,
+    parse_call_test,
+    parse_call_tests,
     parse_program,
     parse_stdio_tests,
 )
@@ -189,48 +193,148 @@ def test_format_stdio_tests_keeps_blank_lines_inside_and_backtick_lines():
     assert parse_stdio_tests(format_stdio_tests(cases)).cases == tuple(cases)
 
 
-# ---- assert tests ----------------------------------------------------------------------------------------------
+# ---- call tests ------------------------------------------------------------------------------------------------
 
 
-def test_assert_tests_from_a_python_block():
+def texts(found: CallTests) -> list[str]:
+    return [test.assertion for test in found.tests]
+
+
+def test_call_tests_from_a_python_block():
     text = (
         "Tests:\n```python\nfrom solution import add\n# edge cases\nassert add(1, 2) == 3\n\n"
         "assert add(\n    -1,\n    1,\n) == 0\ndef helper():\n    pass\nassert True\nprint('done')\n```"
     )
-    parsed = parse_assert_tests(text, entry_point="add")
+    parsed = parse_call_tests(text, "add")
+    # The import, the def, `assert True` and the print are dropped; the multi-line assert is re-rendered.
+    assert texts(parsed) == ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"] and parsed.dropped == 4
+    assert parsed.tests[1] == CallTest("add", (-1, 1), 0, False)
     # Non-ASCII text before and inside a multi-line assert (ast columns count UTF-8 bytes).
     accented = "```python\nx = '\u00e9'; assert f('\u00e9',\n    '\u00e9\u00e9') == 1\n```"
-    assert parse_assert_tests(accented) == AssertTests(("assert f('\u00e9',\n    '\u00e9\u00e9') == 1",), dropped=1)
-    # The import, the def, `assert True` (never calls add) and the print are dropped.
-    assert parsed == AssertTests(("assert add(1, 2) == 3", "assert add(\n    -1,\n    1,\n) == 0"), dropped=4)
-    assert parse_assert_tests(text).asserts[-1] == "assert True"  # kept when no entry point is given
+    assert texts(parse_call_tests(accented, "f")) == ["assert f('\u00e9', '\u00e9\u00e9') == 1"]
+    assert parse_call_tests(accented, "f").dropped == 1
 
 
-def test_assert_tests_across_blocks_and_without_a_fence():
+@pytest.mark.parametrize(
+    "line",
+    [
+        "assert f(1) == f(1)",  # a tautology: the expected value is a call
+        "assert f(1) == 3 or True",
+        "assert isinstance(f(1), object)",
+        "assert f(1) is None or f(1) is not None",
+        "assert f(1) == 3 and 'float' not in open('solution.py').read()",  # fingerprints the program
+        "assert f(1) == 3 and 'x' not in f.__code__.co_names",
+        "assert f(x) == 1",  # names
+        "assert f(1) == y",
+        "assert f(len([1])) == 1",  # calls
+        "assert f(10**3) == 1",  # operators
+        "assert f(a=1) == 1",  # keyword and starred arguments
+        "assert f(*[1]) == 1",
+        "assert f([i for i in range(3)]) == [0]",  # comprehension
+        "assert f(f'{1}') == '1'",  # f-string
+        "assert f(1).real == 1",
+        "assert obj.f(1) == 1",
+        "assert Solution().f(1) == 1",  # not a Solution problem
+        "assert f(1) != 2",
+        "assert f(1) < 2",
+        "assert 2 == f(1)",  # the one form: the call on the left
+        "assert f(1) == 2 == 2",
+        "assert f(1) == 2, message",  # a message that is not a literal
+        "assert g(1) == 2",  # another function
+        "assert f(1e999) == 1",  # no literal writes float('inf') back
+    ],
+)
+def test_only_a_call_with_literal_values_is_a_test(line):
+    text = f"```python\n{line}\nassert f(2) == 4\n```"
+    assert parse_call_tests(text, "f") == CallTests((CallTest("f", (2,), 4),), dropped=1)
+    with pytest.raises(ParseError, match=r"`assert f\(\.\.\.\) == expected`.*literals"):
+        parse_call_tests(f"```python\n{line}\n```", "f")
+
+
+@pytest.mark.parametrize(
+    ("line", "canonical", "values"),
+    [
+        ("assert f(-1) == -1.5", "assert f(-1) == -1.5", ((-1,), -1.5)),
+        ("assert f((1,), [2, (3, 'a')]) == (1,)", "assert f((1,), [2, (3, 'a')]) == (1,)", (((1,), [2, (3, "a")]), (1,))),
+        ("assert f({1: 'a'}, {2, 3}) == {}", "assert f({1: 'a'}, {2, 3}) == {}", (({1: "a"}, {2, 3}), {})),
+        ("assert f(set(), b'x', None) == 1j", "assert f(set(), b'x', None) == 1j", ((set(), b"x", None), 1j)),
+        ("assert f(0x10, 1_000) == True, 'a message'", "assert f(16, 1000) == True", ((16, 1000), True)),
+        ('assert f("tab\\there") == ""', "assert f('tab\\there') == ''", (("tab\there",), "")),
+        ("assert f() == None", "assert f() == None", ((), None)),
+    ],
+)
+def test_accepted_tests_are_stored_as_their_canonical_text(line, canonical, values):
+    (test,) = parse_call_tests(f"```python\n{line}\n```", "f").tests
+    assert test.assertion == canonical and (test.args, test.expected) == values
+    assert parse_call_test(canonical, "f") == test
+    case = test.test_case()
+    assert (case.kind, case.args, case.expected, case.entry_point, case.solution_class) == ("call", *values, "f", False)
+
+
+def test_solution_problems_take_the_method_call_and_the_plain_form():
+    assert is_solution_class("class Solution:\n    def twoSum(self, nums, target):\n        ")
+    assert not is_solution_class("def twoSum(nums, target):\n    ") and not is_solution_class("")
+    text = "```python\nassert Solution().twoSum([2, 7], 9) == [0, 1]\nassert twoSum([3, 3], 6) == [0, 1]\n```"
+    parsed = parse_call_tests(text, "twoSum", solution_class=True)
+    assert texts(parsed) == ["assert Solution().twoSum([2, 7], 9) == [0, 1]", "assert Solution().twoSum([3, 3], 6) == [0, 1]"]
+    assert all(t.solution_class and t.test_case().solution_class for t in parsed.tests)
+    # Solution(...) with arguments, or another method, is not the accepted form.
+    odd = "```python\nassert Solution(1).twoSum([1], 1) == 0\nassert Solution().other([1], 1) == 0\n```"
+    with pytest.raises(ParseError, match=r"`assert Solution\(\)\.twoSum\(\.\.\.\) == expected`"):
+        parse_call_tests(odd, "twoSum", solution_class=True)
+
+
+def test_a_stored_text_parses_back_or_is_an_error_naming_it():
+    assert parse_call_test("assert Solution().f(1) == 2", "f", True) == CallTest("f", (1,), 2, True)
+    for bad in ("assert f(x) == 1", "assert f(1) == 1\nassert f(2) == 2", "f(1) == 1", "assert g(1) == 1"):
+        with pytest.raises(ValueError, match="not a call test of `f`"):
+            parse_call_test(bad, "f")
+    assert call_test("f", (float("inf"),), 1) is None and call_test("f", (object(),), 1) is None
+    assert call_test("f", (1,), [2.5, -0.0]).assertion == "assert f(1) == [2.5, -0.0]"
+
+
+_LITERALS = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=5)
+    | st.binary(max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.lists(inner, max_size=3).map(tuple)
+    | st.dictionaries(st.text(max_size=3) | st.integers(), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(st.lists(_LITERALS, max_size=3).map(tuple), _LITERALS, st.booleans())
+def test_canonical_text_round_trips_the_exact_values(args, expected, solution_class):
+    made = call_test("f", args, expected, solution_class)
+    assert made is not None
+    again = parse_call_test(made.assertion, "f", solution_class)
+    assert again.assertion == made.assertion and "\n" not in made.assertion
+    assert repr((again.args, again.expected)) == repr((args, expected))  # exact types: True stays True, 1.0 a float
+    assert parse_call_tests(format_program(made.assertion), "f", solution_class).tests == (again,)
+
+
+def test_call_tests_across_blocks_without_a_fence_and_line_by_line():
     two_blocks = "```python\nassert f(1) == 1\n```\nand\n```\nassert f(2) == 4\n```\n```text\nassert f(3) == 9\n```"
-    assert parse_assert_tests(two_blocks, entry_point="f") == AssertTests(("assert f(1) == 1", "assert f(2) == 4"), 0)
-    bare = "My tests:\r\nassert f(1) == 1\r\nassert that f works\r\n  assert obj.f(2) == 4\r\n"
-    assert parse_assert_tests(bare, entry_point="f") == AssertTests(("assert f(1) == 1", "assert obj.f(2) == 4"), 2)
-
-
-def test_a_broken_block_is_read_line_by_line_and_each_test_is_one_statement():
-    text = "```python\nassert f(1) == 1\nassert f(2) == (\nassert f(3) == 9; import os\nassert f(4) == 16\n```"
-    assert parse_assert_tests(text) == AssertTests(("assert f(1) == 1", "assert f(4) == 16"), dropped=2)
+    assert parse_call_tests(two_blocks, "f") == CallTests((CallTest("f", (1,), 1), CallTest("f", (2,), 4)), 0)
+    bare = "My tests:\r\nassert f(1) == 1\r\nassert that f works\r\n  assert f(2) == 4\r\n"
+    assert texts(parse_call_tests(bare, "f")) == ["assert f(1) == 1", "assert f(2) == 4"]
+    broken = "```python\nassert f(1) == 1\nassert f(2) == (\nassert f(3) == 9; import os\nassert f(4) == 16\n```"
+    assert parse_call_tests(broken, "f") == CallTests((CallTest("f", (1,), 1), CallTest("f", (4,), 16)), dropped=2)
     # In a block that parses, the second statement on a line is dropped and the assert kept.
-    assert parse_assert_tests("```python\nassert f(3) == 9; import os\n```") == AssertTests(("assert f(3) == 9",), 1)
+    assert parse_call_tests("```python\nassert f(3) == 9; import os\n```", "f") == CallTests((CallTest("f", (3,), 9),), 1)
 
 
-def test_assert_tests_limits_and_failures():
+def test_call_tests_limits_and_failures():
     text = "```python\n" + "".join(f"assert f({i}) == {i}\n" for i in range(5)) + "```"
-    assert parse_assert_tests(text, max_tests=2) == AssertTests(("assert f(0) == 0", "assert f(1) == 1"), dropped=3)
+    assert texts(parse_call_tests(text, "f", max_tests=2)) == ["assert f(0) == 0", "assert f(1) == 1"]
+    assert parse_call_tests(text, "f", max_tests=2).dropped == 3
     with pytest.raises(ParseError, match=r"assert solve\(\.\.\.\) == expected"):
-        parse_assert_tests("```python\nassert True\n```", entry_point="solve")
+        parse_call_tests("```python\nassert True\n```", "solve")
     with pytest.raises(ParseError, match="assert"):
-        parse_assert_tests("no tests here")
+        parse_call_tests("no tests here", "f")
     with pytest.raises(ValueError, match="entry_point"):
-        parse_assert_tests(text, entry_point="not an identifier")
+        parse_call_tests(text, "not an identifier")
     with pytest.raises(ValueError, match="max_tests"):
-        parse_assert_tests(text, max_tests=True)
+        parse_call_tests(text, "f", max_tests=True)
 
 
 # ---- fuzzing ---------------------------------------------------------------------------------------------------
@@ -252,7 +356,7 @@ _SECTION = st.one_of(
     st.builds("```py\nassert f({}) == {}\n```\n".format, st.integers(), st.integers()),
     _NOISE,
 )
-# Measured: of 2,000 cases about 50% parse as a program, 11% as stdio tests and 19% as assert tests.
+# Measured (2,000 derandomized cases): 43% parse as a program, 11% as stdio tests and 14% as call tests.
 TEXT = st.one_of(
     st.text(max_size=300),
     st.lists(st.sampled_from(_PIECES), max_size=60).map("".join),
@@ -286,11 +390,12 @@ def test_fuzz_parsers_return_a_result_or_raise_parse_error(text):
         for case in stdio.cases:
             assert case.input in ("",) or case.input.endswith("\n")
             assert case.output == case.output.rstrip() and "\r" not in case.input + case.output
-    for entry_point in (None, "f"):
-        asserts = _parse_or_parse_error(parse_assert_tests, text, entry_point=entry_point)
-        if asserts is not None:
-            assert asserts.asserts and asserts.dropped >= 0
-            assert all(_one_assert(a) for a in asserts.asserts)
+    for solution_class in (False, True):
+        calls = _parse_or_parse_error(parse_call_tests, text, "f", solution_class)
+        if calls is not None:
+            assert calls.tests and calls.dropped >= 0
+            assert all(_one_assert(t.assertion) and parse_call_test(t.assertion, "f", solution_class) == t
+                       for t in calls.tests)
 
 
 _ADVERSARIAL = {
@@ -321,5 +426,5 @@ def test_adversarial_texts_parse_or_raise_parse_error_quickly(name):
     start = time.perf_counter()
     _parse_or_parse_error(parse_program, text)
     _parse_or_parse_error(parse_stdio_tests, text)
-    _parse_or_parse_error(parse_assert_tests, text, entry_point="f")
+    _parse_or_parse_error(parse_call_tests, text, "f")
     assert time.perf_counter() - start < 10.0, name  # linear work; generous for a shared 2-core machine

@@ -212,8 +212,12 @@ def test_function_tests_reach_the_judge_with_the_entry_point_and_the_trusted_set
     play(env, Scripted(code_generator=[fenced("def find_zero(xs):\n    return 0\n")], test_generator=[tester]), judge, 32)
     prompt = load_problems("humaneval", None)[32].prompt
     cases = [case for batch in judge.batches for case in batch]
-    assert len(cases) == 2  # the ground-truth check; the tester's test (one batch: the program and the reference)
-    assert all(c.kind == "assertion" and c.entry_point == "find_zero" and c.setup == prompt for c in cases)
+    assert len(cases) == 2  # the ground-truth check; the tester's test on the program (32 gives no evidence)
+    check, generated = cases
+    assert check.kind == "assertion" and check.entry_point == "find_zero" and check.setup == prompt
+    # The tester's test is a call test of plain values: nothing of its text runs as code on the trusted side.
+    assert (generated.kind, generated.args, generated.expected, generated.entry_point, generated.setup) == (
+        "call", ([1, 2],), -0.5, "find_zero", "")
     assert "def poly(" in prompt
 
 
@@ -265,7 +269,9 @@ def test_hidden_tests_do_not_change_what_the_agents_see_or_when_the_episode_ends
         result = play(env, policy, FakeJudge(), seed)
         seen.append((policy.prompts, [(s.role, s.done, s.feedback) for s in result.steps], result.turns))
         assert result.success is (seed == 0)
-        assert result.steps[1].local_reward == (1.0 if seed == 0 else -1.0)  # the tester's reward does differ
+        # seed 0: "9 9" -> 18 is valid, but no known-wrong program fails it; seed 1: the reference fails its own
+        # hidden tests, so there is no local reward.
+        assert result.steps[1].local_reward == 0.0
     assert seen[0] == seen[1]
     assert seen[0][1][:2] == [("code_generator", False, "code_generator wrote a program"),
                               ("test_generator", False, "test_generator wrote 1 test(s); the current program passes 0")]

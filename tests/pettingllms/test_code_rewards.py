@@ -11,12 +11,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pettingllms.envs.code.rewards import (
-    AGREE_REWARD,
     CATCH_REWARD,
+    INVALID_TEST_REWARD,
     NO_TEST_REWARD,
     PARTIAL_CREDIT,
     TERMINATE_ON,
-    WRONG_TEST_REWARD,
+    VALID_TEST_REWARD,
     beyond_constant,
     check_partial_credit,
     check_terminate_on,
@@ -58,7 +58,7 @@ def test_success_needs_every_test_and_at_least_one():
 
 
 def test_constants_are_the_issue_values():
-    assert (CATCH_REWARD, AGREE_REWARD, WRONG_TEST_REWARD, NO_TEST_REWARD) == (1.0, 0.2, -1.0, -1.0)
+    assert (CATCH_REWARD, VALID_TEST_REWARD, INVALID_TEST_REWARD, NO_TEST_REWARD) == (1.0, 0.0, -1.0, -1.0)
     assert TERMINATE_ON == ("generated_tests", "turns") and PARTIAL_CREDIT == ("beyond_constant", "pass_rate")
 
 
@@ -74,41 +74,44 @@ def test_non_bool_verdicts_are_an_error_naming_the_argument(bad):
 
 
 @pytest.mark.parametrize(
-    ("reference", "program", "expected"),
-    [(T, F, 1.0), (T, T, 0.2), (F, T, -1.0), (F, F, -1.0)],
+    ("valid", "catches", "expected"),
+    [(T, T, 1.0), (T, F, 0.0), (F, T, -1.0), (F, F, -1.0)],
 )
-def test_one_generated_test_scores(reference, program, expected):
-    assert generated_test_score(reference_passes=reference, program_passes=program) == expected
+def test_one_generated_test_scores(valid, catches, expected):
+    assert generated_test_score(valid=valid, catches=catches) == expected
 
 
 @pytest.mark.parametrize(
-    ("reference", "program", "expected"),
+    ("valid", "catches", "expected"),
     [
-        ([T, T, F], [F, T, T], (1.0 + 0.2 - 1.0) / 3),  # catches one, agrees on one, one wrong test
-        ([T, T], [F, F], 1.0),  # both tests catch the program
-        ([T, T, T, T], [T, T, T, T], 0.2),  # all agree: the program already passes them
-        ([F, F], [T, F], -1.0),  # all wrong tests
-        ([T, F], None, 0.0),  # no program yet: it fails every test, (1 - 1) / 2
+        ([T, T, F], [T, F, T], (1.0 + 0.0 - 1.0) / 3),  # catches one, one every known program passes, one invalid
+        ([T, T], [T, T], 1.0),  # both tests fail a known-wrong program
+        ([T, T, T, T], [F, F, F, F], 0.0),  # valid, but no known-wrong program fails them: nothing earned
+        ([F, F], [T, F], -1.0),  # invalid tests earn -1 whatever they fail
+        ([T, T], None, 0.0),  # no program yet: nothing is paid for catching
+        ([T, F], None, -0.5),  # ... but an invalid test still costs
         ([], [], -1.0),  # no parseable test
         ([], None, -1.0),
     ],
 )
-def test_generated_tests_reward_hand_computed(reference, program, expected):
-    assert generated_tests_reward(reference_passed=reference, program_passed=program) == pytest.approx(expected)
+def test_generated_tests_reward_hand_computed(valid, catches, expected):
+    assert generated_tests_reward(valid=valid, catches=catches) == pytest.approx(expected)
 
 
-def test_tester_has_no_local_reward_without_a_reference_solution():
-    assert generated_tests_reward(reference_passed=None, program_passed=[T, F]) is None
-    assert generated_tests_reward(reference_passed=None, program_passed=[]) is None
+def test_tester_has_no_local_reward_without_evidence():
+    assert generated_tests_reward(valid=None, catches=[T, F]) is None
+    assert generated_tests_reward(valid=None, catches=None) is None
     # ... so its training reward is the global part alone.
     assert training_reward(0.5, None, alpha=2.0) == 1.0
 
 
-def test_tester_lists_must_match_in_length():
-    with pytest.raises(ValueError, match="program_passed.*reference_passed"):
-        generated_tests_reward(reference_passed=[T, T], program_passed=[T])
-    with pytest.raises(ValueError, match="reference_passes"):
-        generated_test_score(reference_passes=1, program_passes=True)
+def test_tester_lists_must_match_in_length_and_be_bools():
+    with pytest.raises(ValueError, match="`catches` has 1 verdicts but `valid` has 2"):
+        generated_tests_reward(valid=[T, T], catches=[T])
+    with pytest.raises(ValueError, match="`valid` must be a bool, got 1"):
+        generated_test_score(valid=1, catches=True)
+    with pytest.raises(ValueError, match=r"`catches\[0\]` must be a bool"):
+        generated_tests_reward(valid=[T], catches=[None])
 
 
 # ---- mixing ------------------------------------------------------------------------------------------------
@@ -248,12 +251,12 @@ def test_no_stop_rule_reads_a_hidden_verdict():
 
 
 def test_valid_generated_tests_counts():
-    assert valid_generated_tests(reference_passed=[T, F, T], count=3) == 2
-    assert valid_generated_tests(reference_passed=None, count=4) == 4
+    assert valid_generated_tests(valid=[T, F, T], count=3) == 2
+    assert valid_generated_tests(valid=None, count=4) is None  # no evidence: validity unknown
     with pytest.raises(ValueError, match="count"):
-        valid_generated_tests(reference_passed=[T], count=2)
+        valid_generated_tests(valid=[T], count=2)
     with pytest.raises(ValueError, match="count"):
-        valid_generated_tests(reference_passed=None, count=-1)
+        valid_generated_tests(valid=None, count=-1)
 
 
 @pytest.mark.parametrize("bad", ["generated", "", "GENERATED_TESTS", None])
@@ -295,19 +298,20 @@ def test_turning_a_failure_into_a_pass_never_lowers_global(verdicts, data):
 
 @given(st.lists(st.tuples(st.booleans(), st.booleans()), max_size=30), st.booleans())
 def test_tester_reward_is_bounded_and_equals_the_mean_of_its_scores(pairs, no_program):
-    reference = [r for r, _ in pairs]
-    program = None if no_program else [p for _, p in pairs]
-    reward = generated_tests_reward(reference_passed=reference, program_passed=program)
+    valid = [v for v, _ in pairs]
+    catches = None if no_program else [c for _, c in pairs]
+    reward = generated_tests_reward(valid=valid, catches=catches)
     assert -1.0 <= reward <= 1.0
     if not pairs:
         assert reward == NO_TEST_REWARD
         return
-    # Independent count: catches, agreements, wrong tests.
-    fails = [False] * len(pairs) if program is None else program
-    catches = sum(r and not p for r, p in zip(reference, fails))
-    agrees = sum(r and p for r, p in zip(reference, fails))
-    wrong = sum(not r for r in reference)
-    assert reward == pytest.approx((catches * 1.0 + agrees * 0.2 - wrong * 1.0) / len(pairs))
+    # Independent count: catches of valid tests (none without a program) minus invalid tests.
+    caught = 0 if no_program else sum(v and c for v, c in pairs)
+    invalid = sum(not v for v in valid)
+    assert reward == pytest.approx((caught - invalid) / len(pairs))
+    # A test every known program passes earns at most 0; before a program exists nothing is positive.
+    if no_program or not any(catches):
+        assert reward <= 0.0
 
 
 @given(st.lists(st.booleans(), max_size=20))

@@ -99,25 +99,33 @@ def test_missing_data_is_one_line_naming_the_file_and_the_command(tmp_path, monk
 
 
 def test_sft_demonstrations_teach_both_roles_from_train_split_references(data):
+    from pettingllms.envs.code.agents import format_tests
+    from pettingllms.envs.code.scripted import NO_ORACLE_TEST, oracle_tests
     from pettingllms.stages.context import make_env_worker
     from pettingllms.stages.sft import sft_demonstrations
 
     config = load_config("code/mbpp", ["sft.num_problems=3"])
     train = make_env(*workflow_env(config, purpose="train")[:2])
-    references = [train.problems()[s].solutions[0] for s in range(3)]
+    problems = [train.problems()[s] for s in range(3)]
+    references = [problem.solutions[0] for problem in problems]
     pool = make_env_worker(config)
     try:
         demos = sft_demonstrations(config, env_worker=pool)
     finally:
         pool.close()
     # sft.workflows puts the tester first: each turn is a tester then a coder demonstration, and the episode
-    # ends once the reference passes the tester's tests (one turn where the judge runs them as written; a
-    # judge that cannot, e.g. one without `math` for MBPP's `math.isclose` tests, plays more turns).
+    # ends once the reference passes the tester's tests (one turn; a problem whose tests state no equality
+    # with literals, mbpp/902's `math.isclose` checks, leaves the oracle tester without a test: its episode
+    # plays the turn budget).
     assert len(demos["test_generator"]) == len(demos["code_generator"]) >= 3
     responses = [demo.response for demo in demos["code_generator"]]
     assert all(any(reference.strip() in response for reference in references) for response in responses)
     assert all(any(reference.strip() in response for response in responses) for reference in references)
-    assert all("assert " in demo.response for demo in demos["test_generator"])
+    # The tester's demonstrations are the oracle's call tests, in the one form its parser accepts.
+    written = {format_tests(p, oracle_tests(p)) for p in problems if oracle_tests(p)}
+    assert [p.problem_id for p in problems if not oracle_tests(p)] == ["mbpp/902"]
+    assert {demo.response for demo in demos["test_generator"]} == written | {NO_ORACLE_TEST}
+    assert "```python\nassert add(1, 2) == 3\nassert add(-3, 3) == 0\n" in "".join(written)
 
 
 def test_a_tiny_pipeline_trains_and_evaluates_on_code_splits(data, tiny_model_path, tmp_path):

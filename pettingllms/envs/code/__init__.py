@@ -1,7 +1,8 @@
 """Code: write a program (or a function) that passes a benchmark problem's tests.
 
 The environment (:class:`CodeEnv`) and its agents (the coder :class:`CodeGenerationAgent`, the tester
-:class:`UnitTestGenerationAgent`, the L0 coder :class:`CodeSingleAgent`), its scripted policies, and the
+:class:`UnitTestGenerationAgent`, the L0 coder :class:`CodeSingleAgent`), the evidence behind the tester's
+reward (:mod:`~pettingllms.envs.code.evidence`), its scripted policies, and the
 data side: the normalised :class:`CodeProblem` record and its JSONL layout, the loaders of APPS,
 CodeContests, LiveCodeBench, HumanEval and MBPP from local files, and the restricted unpickler
 LiveCodeBench's private tests need.

@@ -5,11 +5,13 @@ Each step judges in the sandbox through the env worker (``env_worker.run_tests``
 :class:`~pettingllms.agents.failures.ToolConfigurationError`):
 
 * coder: its program on the ground-truth tests and on the tester's latest tests; the program becomes the
-  current one. Local reward: its score on the counted ground-truth tests (the environment's
+  current one, and whether it failed a counted ground-truth test is recorded (hidden: the tester's reward
+  reads it). Local reward: its score on the counted ground-truth tests (the environment's
   ``partial_credit`` in training, the pass rate in evaluation).
-* tester: its tests on the current program and on the reference solution; they replace the earlier
-  tests. Local reward: the generated-test score (:func:`~pettingllms.envs.code.rewards.generated_tests_reward`),
-  0 where the dataset has no reference solution (the global part alone then).
+* tester: its tests (call tests of the entry point or stdin/stdout pairs: ``parsing.py``) on the current
+  program, and on the problem's evidence (good references, known-wrong programs: ``evidence.py``); they
+  replace the earlier tests. Local reward: :func:`~pettingllms.envs.code.rewards.generated_tests_reward`,
+  0 where the problem gives no evidence (the global part alone then).
 
 A response that does not parse changes nothing and scores the environment's ``parse_error_reward``
 (failure ``parse_error``), for either role.
@@ -24,11 +26,13 @@ from pettingllms.agents.base import Agent, Prompt, build_prompt
 from pettingllms.envs.code import prompts, rewards
 from pettingllms.envs.code.data import CodeProblem
 from pettingllms.envs.code.env import CodeEnv, CodeState, counted_verdicts, judge, require_judge
+from pettingllms.envs.code.evidence import judge_generated_tests
 from pettingllms.envs.code.parsing import (
     StdioTestCase,
     format_program,
     format_stdio_tests,
-    parse_assert_tests,
+    is_solution_class,
+    parse_call_tests,
     parse_program,
     parse_stdio_tests,
 )
@@ -37,9 +41,9 @@ __all__ = ["CodeAgent", "CodeGenerationAgent", "CodeSingleAgent", "UnitTestGener
 
 
 def format_tests(problem: CodeProblem, tests: list[dict[str, str]]) -> str:
-    """Tests in the problem's test layout as a tester response its parser reads back."""
+    """Generated tests (``{"call"}`` texts, or stdin/stdout pairs) as a tester response its parser reads back."""
     if problem.style == "function":
-        return "```python\n" + "\n".join(t["assertion"].strip() for t in tests) + "\n```\n"
+        return "```python\n" + "\n".join(t["call"].strip() for t in tests) + "\n```\n"
     return format_stdio_tests([StdioTestCase(t["stdin"], t["expected_stdout"]) for t in tests])
 
 
@@ -50,6 +54,7 @@ class CodeAgent(Agent):
         super().__init__(role=role, prompt_style=prompt_style)
         self._problem: CodeProblem | None = None
         self._max_tests = 8
+        self._dropped = 0  # parts of the last parsed response that were not understood (dropped by the parser)
 
     @staticmethod
     def _check_env(env: Any) -> CodeEnv:
@@ -116,6 +121,7 @@ class CodeGenerationAgent(CodeAgent):
             judge(env_worker, [program], tests, env.config, state.problem),
         )
         state.programs.append(program)
+        state.failed_ground_truth.append(truth[0].failed_a_counted_test)
         state.ground_truth = truth[0]
         state.generated = generated[0] if tests else None
         passed, outputs = counted_verdicts(truth[0], state.expected_outputs)
@@ -134,8 +140,8 @@ class CodeSingleAgent(CodeGenerationAgent):
 
 
 class UnitTestGenerationAgent(CodeAgent):
-    """The tester: writes unit tests (input/output pairs, or assert lines for function problems); the
-    environment's ``max_generated_tests`` caps the tests kept per response."""
+    """The tester: writes unit tests (input/output pairs, or ``assert f(<literals>) == <literal>`` lines for
+    function problems); the environment's ``max_generated_tests`` caps the tests kept per response."""
 
     default_role = "test_generator"
 
@@ -149,6 +155,7 @@ class UnitTestGenerationAgent(CodeAgent):
         generated = state.generated
         lines += prompts.tests_lines(len(state.generated_tests), None if generated is None else generated.passed,
                                      "" if generated is None else generated.first_failure)
+        lines += prompts.dropped_lines(state.generated_dropped)
         lines.append("Write your tests now.")
         system = prompts.tester_system(state.problem, self._max_tests)
         self.prompt = build_prompt(system, "\n".join(lines), self.prompt_style)
@@ -157,10 +164,13 @@ class UnitTestGenerationAgent(CodeAgent):
     def parse(self, response: str) -> list[dict[str, str]]:
         problem = self._context()
         if problem.style == "function":
-            found = parse_assert_tests(response, problem.entry_point, self._max_tests)
-            return [{"assertion": line} for line in found.asserts]
-        cases = parse_stdio_tests(response, self._max_tests).cases
-        return [{"stdin": c.input, "expected_stdout": c.output} for c in cases]
+            found = parse_call_tests(response, problem.entry_point, is_solution_class(problem.starter_code),
+                                     self._max_tests)
+            self._dropped = found.dropped
+            return [{"call": test.assertion} for test in found.tests]
+        parsed = parse_stdio_tests(response, self._max_tests)
+        self._dropped = parsed.dropped
+        return [{"stdin": c.input, "expected_stdout": c.output} for c in parsed.cases]
 
     def format_response(self, tests: list[dict[str, str]]) -> str:
         """A response this agent's parser reads back as ``tests`` (for scripted policies)."""
@@ -177,18 +187,17 @@ class UnitTestGenerationAgent(CodeAgent):
             self._parse_failed(env)
             return
         tests: list[dict[str, str]] = self.action
-        program, reference = state.program, state.reference_solution
-        programs = [p for p in (program, reference) if p is not None]
-        judged = await judge(env_worker, programs, tests, env.config, state.problem)
+        generated, evidence = await judge_generated_tests(env_worker, env.config, state, tests)
         state.generated_tests = tests
-        state.generated = judged[0] if program is not None else None
-        state.reference = judged[-1] if reference is not None else None
-        local = rewards.generated_tests_reward(
-            reference_passed=None if state.reference is None else list(state.reference.passed),
-            program_passed=None if state.generated is None else list(state.generated.passed),
-        )
+        state.generated_dropped = self._dropped
+        state.generated = generated
+        state.tester_evidence = evidence
+        local = None if evidence is None else rewards.generated_tests_reward(valid=evidence.valid,
+                                                                             catches=evidence.catches)
         self.local_reward = 0.0 if local is None else local
-        # No reference verdict in the report: how many tests the reference passes is hidden information.
+        # The report shows the current program on the tester's tests only: no reference or mutant verdict,
+        # nor whether a test was valid (hidden information).
         state.last_report = f"{self.role} wrote {len(tests)} test(s)" + (
+            f" ({self._dropped} part(s) not understood)" if self._dropped else "") + (
             "" if state.generated is None else f"; the current program passes {sum(state.generated.passed)}")
         self.feedback = state.last_report

@@ -16,16 +16,18 @@ are not the statement's own examples (the prompt shows those, so passing them pr
 is skipped from the training split and counted.
 
 Shared state (:class:`CodeState`, the agents' blackboard): the problem, the coder's current and past
-programs, the tester's latest tests, and the judged outcome of every program x test-set pair:
-ground-truth tests x current program, generated tests x current program, generated tests x the
-reference solution (when the dataset has one), each with its first failing case.
+programs (and, hidden, whether each failed a ground-truth test), the tester's latest tests, and the judged
+outcome of the current program on the ground-truth tests and on the generated tests, each with its first
+failing case; the tester's evidence (hidden, for transcripts).
 
-Rewards (:mod:`pettingllms.envs.code.rewards`), over the counted tests (a verdict that is the test's
-fault counts toward nothing): global = the score of the current program on the ground-truth tests; coder
+Rewards (:mod:`pettingllms.envs.code.rewards`), over the counted tests (a verdict that is the test's fault
+counts toward nothing): global = the score of the current program on the ground-truth tests; coder
 local = the same for this turn's program. In training the score is ``partial_credit`` (default
 ``beyond_constant``: no credit for what one constant output earns); in evaluation it is the plain pass
-rate. Tester local = the generated-test score against the reference solution (none without one: the
-tester then learns from the global part only); a response that does not parse scores
+rate. Tester local = the mean over its tests of -1 (invalid), +1 (valid and fails a program known to be
+wrong), 0 (valid otherwise), from the evidence of :mod:`pettingllms.envs.code.evidence` (none without a
+reference solution that passes its own tests, or for a function problem whose tests hold no literal call:
+the tester then learns from the global part only); a response that does not parse scores
 ``parse_error_reward`` and changes nothing. Success: the final program passes every counted ground-truth
 test.
 
@@ -69,6 +71,7 @@ from pettingllms.envs.code.data import (
     normalised_path,
     read_jsonl,
 )
+from pettingllms.envs.code.parsing import is_solution_class, parse_call_test
 from pettingllms.envs.records import played_split
 from pettingllms.sandbox.judge import COMPARE_MODES, TestCase, TestVerdict
 
@@ -81,6 +84,7 @@ __all__ = [
     "describe_failure",
     "is_example_test",
     "judge",
+    "judge_verdicts",
     "load_split",
     "played_split",
     "require_judge",
@@ -195,6 +199,12 @@ class Judged:
     def all_passed(self) -> bool:
         return bool(self.passed) and all(self.passed)
 
+    @property
+    def failed_a_counted_test(self) -> bool:
+        """Whether the program failed at least one test whose verdict counts: it is known to be wrong."""
+        counted = self.counted or (True,) * len(self.passed)
+        return any(c and not p for p, c in zip(self.passed, counted))
+
 
 def counted_verdicts(
     judged: Judged | None, expected_outputs: Sequence[Hashable | None]
@@ -213,11 +223,18 @@ class CodeState(EnvState):
 
     - ``problem``: the problem being solved (statement, starter code, tests, reference solutions).
     - ``programs``: every program the coder wrote that parsed, oldest first; the last is the current one.
-    - ``generated_tests``: the tester's latest tests, in the problem's test layout (``{"stdin",
-      "expected_stdout"}`` or ``{"assertion"}``).
+    - ``failed_ground_truth``: one per program, whether it failed a counted ground-truth test (hidden: only
+      the tester's reward reads it, to know which programs are wrong).
+    - ``generated_tests``: the tester's latest tests: ``{"stdin", "expected_stdout"}`` pairs, or for a
+      function problem ``{"call": "assert f(1, [2]) == 3"}``, the canonical text of a parsed call test
+      (:class:`~pettingllms.envs.code.parsing.CallTest`; judged as a call test, never run as code).
+    - ``generated_dropped``: parts of the tester's latest response that were not understood (the parser's
+      dropped count); its next prompt says how many.
     - ``ground_truth``: the current program on the ground-truth tests (``None``: no program yet).
     - ``generated``: the current program on the generated tests (``None``: no program or no tests).
-    - ``reference``: the reference solution on the generated tests (``None``: no tests, or no reference).
+    - ``tester_evidence``: what the tester's reward saw of its latest tests (valid, catches a wrong
+      program; :class:`~pettingllms.envs.code.evidence.TesterEvidence`), for transcripts only; ``None``: no
+      tests yet, or no evidence on this problem.
     - ``expected_outputs``: what each ground-truth test expects, for the constant baseline of the rewards
       (:func:`~pettingllms.envs.code.analysis.expected_output_key`).
     - ``last_report``: what the latest step did, one line; never a ground-truth or reference verdict.
@@ -226,10 +243,12 @@ class CodeState(EnvState):
     problem: CodeProblem
     expected_outputs: tuple[Hashable | None, ...] = ()
     programs: list[str] = field(default_factory=list)
+    failed_ground_truth: list[bool] = field(default_factory=list)
     generated_tests: list[dict[str, str]] = field(default_factory=list)
+    generated_dropped: int = 0
     ground_truth: Judged | None = None
     generated: Judged | None = None
-    reference: Judged | None = None
+    tester_evidence: Any = None  # an evidence.TesterEvidence (that module imports this one)
     last_report: str = ""
 
     @property
@@ -346,8 +365,11 @@ def load_split(config: CodeConfig) -> tuple[CodeProblem, ...]:
 
 
 def _test_case(test: dict[str, str], problem: CodeProblem) -> TestCase:
-    """A test of ``problem`` for the judge: a function-style test runs on the trusted side after the
-    problem's trusted setup, with ``problem.entry_point`` a handle on the candidate's function."""
+    """A test of ``problem`` for the judge: a dataset function test runs on the trusted side after the
+    problem's trusted setup, with ``problem.entry_point`` a handle on the candidate's function; a generated
+    one (``"call"``) is parsed back into its values and judged as a call test."""
+    if "call" in test:
+        return parse_call_test(test["call"], problem.entry_point, is_solution_class(problem.starter_code)).test_case()
     if "assertion" in test:
         return TestCase(assertion=test["assertion"], entry_point=problem.entry_point, setup=trusted_setup(problem))
     return TestCase(stdin=test["stdin"], expected_stdout=test["expected_stdout"])
@@ -360,8 +382,8 @@ def _clip(text: str) -> str:
 
 def describe_failure(test: dict[str, str], verdict: TestVerdict) -> str:
     """A failing test and what the program did, for prompts."""
-    if "assertion" in test:
-        lines = [f"Test: {_clip(test['assertion'])}"]
+    if "assertion" in test or "call" in test:
+        lines = [f"Test: {_clip(test.get('call') or test['assertion'])}"]
     else:
         lines = [f"Input:\n{_clip(test['stdin'])}", f"Expected output:\n{_clip(test['expected_stdout'])}",
                  f"Program output:\n{_clip(verdict.output)}"]
@@ -387,16 +409,16 @@ def require_judge(env_worker: Any) -> None:
         )
 
 
-async def judge(
+async def judge_verdicts(
     env_worker: Any, programs: list[str], tests: list[dict[str, str]], config: CodeConfig, problem: CodeProblem,
-) -> list[Judged]:
-    """Every program on ``tests`` (of ``problem``, in its layout) in one sandbox batch; the worker must have
-    ``run_tests`` (a SandboxPool)."""
+) -> list[list[TestVerdict]]:
+    """Every program's verdicts on ``tests`` (of ``problem``, in its layout) in one sandbox batch; the worker
+    must have ``run_tests`` (a SandboxPool). A sandbox failure is an InfrastructureError, never a verdict."""
     require_judge(env_worker)
-    if not tests:
-        return [Judged(()) for _ in programs]
+    if not tests or not programs:
+        return [[] for _ in programs]
     try:
-        verdicts = await env_worker.run_tests(
+        return await env_worker.run_tests(
             list(programs), [_test_case(t, problem) for t in tests], time_limit_s=float(config.time_limit_s),
             compare=config.compare,
         )
@@ -404,7 +426,14 @@ async def judge(
         raise
     except Exception as exc:  # the sandbox, not the program, failed: never reward it
         raise InfrastructureError(f"the sandbox could not judge the code: {exc!r}") from exc
-    return [_judged(tests, row) for row in verdicts]
+
+
+async def judge(
+    env_worker: Any, programs: list[str], tests: list[dict[str, str]], config: CodeConfig, problem: CodeProblem,
+) -> list[Judged]:
+    """Every program on ``tests`` in one sandbox batch (:func:`judge_verdicts`), as :class:`Judged`."""
+    rows = await judge_verdicts(env_worker, programs, tests, config, problem)
+    return [_judged(tests, row) for row in rows] if tests else [Judged(()) for _ in programs]
 
 
 # ---- the environment -----------------------------------------------------------------------------------

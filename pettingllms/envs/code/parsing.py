@@ -30,13 +30,27 @@ Formats (the code prompts document the same):
   3 4``, optionally in single backticks), or a fence may open there. Leading and trailing blank lines
   of a value are dropped; an input ends with one newline, an output has no trailing whitespace. An
   input is paired with the next output; a section that ends up in no pair is dropped and counted.
-* **Assert tests** (:func:`parse_assert_tests`): for function-call problems, top-level ``assert``
-  statements (one or several lines each) from every ``python``/untagged block, or from the whole
-  response when it has no fence. Each kept test is exactly one ``assert`` statement (checked with
-  ``ast.parse``); other statements and lines are dropped and counted. With ``entry_point`` set, an
-  assert that never calls it is dropped too (``assert True`` tests nothing).
+* **Call tests** (:func:`parse_call_tests`): for function-call problems, top-level ``assert`` statements
+  (one or several lines each) from every ``python``/untagged block, or from the whole response when it has
+  no fence, of exactly one form::
 
-Parsers never evaluate model text. Every malformed response raises
+      assert <entry_point>(<arguments>) == <expected>            # a plain function
+      assert Solution().<entry_point>(<arguments>) == <expected> # problems whose starter code defines Solution
+
+  Every argument and the expected value is a Python literal (``ast.literal_eval`` of its node: numbers,
+  strings, bytes, ``True`` / ``False`` / ``None``, and lists, tuples, dicts and sets of those, ``set()``
+  included); no keyword or starred argument, no name, other call, attribute, operator (``-1`` and complex
+  literals aside), comprehension or f-string. An
+  ``assert`` message is allowed when it is a literal, and ignored. On a ``Solution`` problem the plain
+  form is accepted too and read as the method's call: it names the one function the tests can mean, and
+  rejecting it would teach the layout of a call, not testing. Any other statement or assert is dropped
+  and counted. A kept test becomes a :class:`CallTest` (plain values, never code), stored and shown as
+  its canonical text (:attr:`CallTest.assertion`, re-rendered from the values with ``repr``; a test whose
+  values do not survive that round trip, e.g. ``1e999``, is dropped), and judged as a call test of the
+  sandbox (:meth:`CallTest.test_case`): the candidate's function is called once with the arguments and
+  the returned value compared ``==`` with the expected value on the trusted side.
+
+Parsers never execute model text (``ast.literal_eval`` reads literals, nothing else). Every malformed response raises
 :class:`~pettingllms.agents.failures.ParseError` saying what was expected, never another exception; all
 run in time linear in the response (plus ``ast.parse``).
 """
@@ -49,8 +63,12 @@ import textwrap
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from pettingllms.agents.failures import ParseError
+from pettingllms.envs.code.analysis import SOLUTION_CLASS
+from pettingllms.sandbox import plain_data
+from pettingllms.sandbox.judge import TestCase
 
 PYTHON_TAGS: tuple[str, ...] = ("python", "py", "python3", "py3", "")
 _FENCE = "```"
@@ -212,14 +230,6 @@ class StdioTests:
     dropped: int
 
 
-@dataclass(frozen=True)
-class AssertTests:
-    """The parsed assert statements and how many statements or lines were dropped."""
-
-    asserts: tuple[str, ...]
-    dropped: int
-
-
 def _header(line: str) -> tuple[str, str | None] | None:
     """``(kind, inline value or None)`` when ``line`` is a test header; kind is ``input`` or ``output``."""
     lead = line.lstrip(_DECORATION + "-")
@@ -306,16 +316,94 @@ def format_stdio_tests(cases: list[StdioTestCase] | tuple[StdioTestCase, ...]) -
     return "\n".join(parts) + "\n"
 
 
-# ---- assert tests ---------------------------------------------------------------------------------------
+# ---- call tests ---------------------------------------------------------------------------------------
+
+_LITERAL_ERRORS = (ValueError, TypeError, SyntaxError, MemoryError, RecursionError)
 
 
-def _calls(node: ast.AST, name: str) -> bool:
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Call):
-            func = sub.func
-            if (isinstance(func, ast.Name) and func.id == name) or (isinstance(func, ast.Attribute) and func.attr == name):
-                return True
-    return False
+def is_solution_class(starter_code: str) -> bool:
+    """Whether a problem's tests call ``Solution().<entry_point>(...)``: its starter code defines ``class
+    Solution`` (the loaders' rule, ``data._call``)."""
+    return f"class {SOLUTION_CLASS}" in (starter_code or "")
+
+
+@dataclass(frozen=True)
+class CallTest:
+    """One generated function test: ``<entry_point>(*args) == expected`` (through ``Solution()`` when
+    ``solution_class``), plain values only. Make one with :func:`call_test`, which checks the round trip."""
+
+    entry_point: str
+    args: tuple
+    expected: Any
+    solution_class: bool = False
+
+    @property
+    def assertion(self) -> str:
+        """The canonical text: ``assert f(1, [2]) == 3``, each value its ``repr`` (one line)."""
+        target = f"{SOLUTION_CLASS}().{self.entry_point}" if self.solution_class else self.entry_point
+        return f"assert {target}({', '.join(repr(a) for a in self.args)}) == {self.expected!r}"
+
+    def test_case(self) -> TestCase:
+        """The sandbox's call test: nothing of it is executed as code."""
+        return TestCase(args=self.args, expected=self.expected, entry_point=self.entry_point,
+                        solution_class=self.solution_class)
+
+
+@dataclass(frozen=True)
+class CallTests:
+    """The parsed call tests and how many statements or lines were dropped."""
+
+    tests: tuple[CallTest, ...]
+    dropped: int
+
+
+def _same_values(left: Any, right: Any) -> bool:
+    """Equal as plain data with exact types (``1 != True != 1.0`` here, unlike ``==``)."""
+    return plain_data.encode(left) == plain_data.encode(right)
+
+
+def call_test(entry_point: str, args: tuple, expected: Any, solution_class: bool = False) -> CallTest | None:
+    """A :class:`CallTest` of these values, or None when they are not plain data or its canonical text does
+    not read back as the same values (``float('inf')`` has no literal; ``repr`` writes ``inf``)."""
+    try:
+        made = CallTest(entry_point, tuple(args), expected, bool(solution_class))
+        again = _call_of(_single_assert(made.assertion), entry_point, solution_class)
+        if again is None or not _same_values((made.args, made.expected), (again.args, again.expected)):
+            return None
+    except (plain_data.NotPlainData, *_LITERAL_ERRORS):
+        return None
+    return made
+
+
+def _is_target(func: ast.expr, entry_point: str, solution_class: bool) -> bool:
+    """``entry_point`` itself, or ``Solution().entry_point`` on a Solution problem."""
+    if isinstance(func, ast.Name):
+        return func.id == entry_point
+    return (solution_class and isinstance(func, ast.Attribute) and func.attr == entry_point
+            and isinstance(func.value, ast.Call) and isinstance(func.value.func, ast.Name)
+            and func.value.func.id == SOLUTION_CLASS and not func.value.args and not func.value.keywords)
+
+
+def _call_of(node: ast.Assert | None, entry_point: str, solution_class: bool) -> CallTest | None:
+    """The values of ``assert <target>(<literals>) == <literal>`` (a literal message allowed), else None."""
+    if node is None:
+        return None
+    test = node.test
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return None
+    call = test.left
+    if not (isinstance(call, ast.Call) and not call.keywords and _is_target(call.func, entry_point, solution_class)):
+        return None
+    if any(isinstance(arg, ast.Starred) for arg in call.args):
+        return None
+    try:
+        if node.msg is not None:
+            ast.literal_eval(node.msg)
+        args = tuple(ast.literal_eval(arg) for arg in call.args)
+        expected = ast.literal_eval(test.comparators[0])
+    except _LITERAL_ERRORS:
+        return None
+    return CallTest(entry_point, args, expected, solution_class)
 
 
 def _single_assert(source: str) -> ast.Assert | None:
@@ -337,20 +425,20 @@ def _segment(lines: list[str], node: ast.stmt) -> str:
     return "\n".join([head, *lines[first + 1:last], tail])
 
 
-def _asserts_of(code: str) -> tuple[list[tuple[str, ast.Assert]], int]:
-    """``(source, node)`` of each top-level assert in ``code``, and the count of other statements or lines."""
+def _asserts_of(code: str) -> tuple[list[ast.Assert], int]:
+    """Each top-level assert in ``code``, and the count of other statements or lines."""
     code = textwrap.dedent(code)
     module = _parses(code)
     if module is not None:
         found, dropped = [], 0
         lines = code.split("\n")
         for stmt in module.body:
-            source = _segment(lines, stmt) if isinstance(stmt, ast.Assert) else None
-            node = _single_assert(source) if source else None
+            # Re-parsed alone, so that `assert a; import os` keeps the assert and drops the import.
+            node = _single_assert(_segment(lines, stmt)) if isinstance(stmt, ast.Assert) else None
             if node is None:
                 dropped += 1
             else:
-                found.append((source, node))
+                found.append(node)
         return found, dropped
     # Not valid Python as a whole (prose, a broken line): judge line by line.
     found, dropped = [], 0
@@ -362,48 +450,68 @@ def _asserts_of(code: str) -> tuple[list[tuple[str, ast.Assert]], int]:
         if node is None:
             dropped += 1
         else:
-            found.append((stripped, node))
+            found.append(node)
     return found, dropped
 
 
-def parse_assert_tests(text: str, entry_point: str | None = None, max_tests: int | None = None) -> AssertTests:
-    """Assert statements from a tester's response (format in the module docstring); ParseError when none."""
-    if entry_point is not None and not (isinstance(entry_point, str) and entry_point.isidentifier()):
-        raise ValueError(f"`entry_point` must be a Python identifier or None, got {entry_point!r}")
+def _example(entry_point: str, solution_class: bool) -> str:
+    return f"assert {SOLUTION_CLASS + '().' if solution_class else ''}{entry_point}(...) == expected"
+
+
+def parse_call_tests(
+    text: str, entry_point: str, solution_class: bool = False, max_tests: int | None = None
+) -> CallTests:
+    """Call tests of ``entry_point`` from a tester's response (format in the module docstring); the first
+    ``max_tests`` are kept, the rest dropped and counted. ParseError when none is found."""
+    if not (isinstance(entry_point, str) and entry_point.isidentifier()):
+        raise ValueError(f"`entry_point` must be a Python identifier, got {entry_point!r}")
     if max_tests is not None and (isinstance(max_tests, bool) or not isinstance(max_tests, int) or max_tests < 1):
         raise ValueError(f"`max_tests` must be an integer >= 1 or None, got {max_tests!r}")
     blocks = [item for item in _scan(_lines(text)) if isinstance(item, _Block)]
-    if blocks:
-        sources = [b.body for b in blocks if b.tag in PYTHON_TAGS]
-    else:
-        sources = ["\n".join(_lines(text))]
-    asserts: list[str] = []
+    sources = [b.body for b in blocks if b.tag in PYTHON_TAGS] if blocks else ["\n".join(_lines(text))]
+    tests: list[CallTest] = []
     dropped = 0
     for source in sources:
         found, skipped = _asserts_of(source)
         dropped += skipped
-        for statement, node in found:
-            if entry_point is not None and not _calls(node, entry_point):
+        for node in found:
+            parsed = _call_of(node, entry_point, solution_class)
+            checked = None if parsed is None else call_test(entry_point, parsed.args, parsed.expected, solution_class)
+            if checked is None:
                 dropped += 1
             else:
-                asserts.append(statement)
-    if not asserts:
-        target = f"{entry_point}(...)" if entry_point else "f(...)"
-        raise ParseError(f"no assert test found: write one `assert {target} == expected` per line in a ```python block")
-    if max_tests is not None and len(asserts) > max_tests:
-        dropped += len(asserts) - max_tests
-        asserts = asserts[:max_tests]
-    return AssertTests(tuple(asserts), dropped)
+                tests.append(checked)
+    if not tests:
+        raise ParseError(f"no test found: write one `{_example(entry_point, solution_class)}` per line in a ```python "
+                         "block, the arguments and the expected value written as literals")
+    if max_tests is not None and len(tests) > max_tests:
+        dropped += len(tests) - max_tests
+        tests = tests[:max_tests]
+    return CallTests(tuple(tests), dropped)
+
+
+def parse_call_test(assertion: str, entry_point: str, solution_class: bool = False) -> CallTest:
+    """The :class:`CallTest` of one canonical test text (as stored in the state); a ValueError naming the
+    text when it is not exactly one accepted assert."""
+    parsed = _call_of(_single_assert(assertion), entry_point, solution_class)
+    if parsed is None:
+        raise ValueError(f"not a call test of `{entry_point}`: {assertion!r:.120}")
+    return parsed
 
 
 __all__ = [
     "PYTHON_TAGS",
-    "AssertTests",
+    "SOLUTION_CLASS",
+    "CallTest",
+    "CallTests",
     "StdioTestCase",
     "StdioTests",
+    "call_test",
     "format_program",
     "format_stdio_tests",
-    "parse_assert_tests",
+    "is_solution_class",
+    "parse_call_test",
+    "parse_call_tests",
     "parse_program",
     "parse_stdio_tests",
 ]

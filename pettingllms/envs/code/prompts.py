@@ -1,17 +1,25 @@
 """Prompt text of the code agents, built from the shared state (kept short: small models read it).
 
 The coder is asked for exactly what :func:`~pettingllms.envs.code.parsing.parse_program` reads (one
-```` ```python ```` block), the tester for what ``parse_stdio_tests`` / ``parse_assert_tests`` read. The
-coder sees the tester's tests and how its program did on them, never the ground-truth tests: those
-score the episode, and showing them would let the coder fit the hidden tests.
+```` ```python ```` block), the tester for what ``parse_stdio_tests`` / ``parse_call_tests`` read (for a
+function problem the one accepted form, ``assert f(...) == ...`` or ``assert Solution().f(...) == ...``,
+with literal values). The coder sees the tester's tests and how its program did on them, never the
+ground-truth tests: those score the episode, and showing them would let the coder fit the hidden tests.
+Neither sees whether a test was valid or what a reference made of it (hidden information).
 """
 
 from __future__ import annotations
 
 from pettingllms.envs.code.data import CodeProblem
-from pettingllms.envs.code.parsing import StdioTestCase, format_stdio_tests
+from pettingllms.envs.code.parsing import SOLUTION_CLASS, StdioTestCase, format_stdio_tests, is_solution_class
 
-__all__ = ["coder_system", "problem_lines", "program_lines", "tester_system", "tests_lines"]
+__all__ = ["PROMPT_VERSION", "coder_system", "dropped_lines", "problem_lines", "program_lines", "tester_system",
+           "tests_lines"]
+
+#: Version of the prompt text: changes when what the agents are told changes, so that transcripts and
+#: checkpoints trained on one text are not compared with another unknowingly. 2: the tester is shown the one
+#: accepted test form (literal values only) and how many parts of its last answer were not understood.
+PROMPT_VERSION = 2
 
 _STDIO_EXAMPLE = format_stdio_tests([StdioTestCase("1 2\n", "3")])
 
@@ -35,9 +43,13 @@ def tester_system(problem: CodeProblem, max_tests: int) -> str:
     head = ("You are the tester in a team: a coder writes the program, you write unit tests that a correct "
             "solution passes and a wrong program fails.\n")
     if problem.style == "function":
-        entry = problem.entry_point
-        return (f"{head}Write at most {max_tests} tests, one assert per line in one ```python block, e.g.\n"
-                f"```python\nassert {entry}(...) == expected\n```")
+        target = f"{SOLUTION_CLASS}().{problem.entry_point}" if is_solution_class(problem.starter_code) \
+            else problem.entry_point
+        return (f"{head}Write at most {max_tests} tests, one per line in one ```python block, each exactly\n"
+                f"```python\nassert {target}(arguments) == expected\n```\n"
+                "with the arguments and the expected value written as Python literals (numbers, strings, "
+                "True/False/None, and lists, tuples, dicts or sets of those): no variables, function calls or "
+                "expressions. Lines of any other form are ignored.")
     return (f"{head}Write at most {max_tests} tests, each an input and its expected output, e.g.\n"
             f"{_STDIO_EXAMPLE}")
 
@@ -54,6 +66,14 @@ def program_lines(program: str | None) -> list[str]:
     if program is None:
         return ["Current program: none yet."]
     return ["Current program:", f"```python\n{program.rstrip()}\n```"]
+
+
+def dropped_lines(dropped: int) -> list[str]:
+    """The tester's own feedback: how many parts of its last response were not understood (statements or
+    lines that are no accepted test, unpaired input/output sections, tests past the cap)."""
+    if not dropped:
+        return []
+    return [f"{dropped} part(s) of your last answer were not understood and were ignored."]
 
 
 def tests_lines(count: int, passed: tuple[bool, ...] | None, first_failure: str) -> list[str]:

@@ -22,20 +22,36 @@ touches the sandbox.
   with no ground-truth test scores 0 and never succeeds.
 * **Coder local reward** (:func:`coder_local_reward`): the score on the ground-truth tests of the
   program written in this turn (0 when the turn produced no program).
-* **Tester local reward** (:func:`generated_tests_reward`): the mean over the tester's generated tests of
-  ``+1`` when the reference solution passes the test and the current program fails it (the test catches
-  a bug), ``+0.2`` when both pass, ``-1`` when the reference solution fails it (a wrong test); a turn
-  with no parseable test scores ``-1``. Where the dataset has no reference solution (LiveCodeBench)
-  there is no local reward (``None``): the tester then learns from the global part only.
+* **Tester local reward** (:func:`generated_tests_reward`), from evidence
+  (:mod:`pettingllms.envs.code.evidence` computes it): the mean over the tester's generated tests of
+  :func:`generated_test_score`:
+
+  - ``-1`` for an **invalid** test: a function test whose arguments do not have the types per position of
+    the dataset's own calls, or that a good reference fails; a stdio test that a good reference does not
+    run to the tester's expected output (good references: the dataset's reference solutions that pass
+    every counted ground-truth test);
+  - ``+1`` for a valid test that **catches** a program known to be wrong: it fails the current program, an
+    earlier program of the episode, or a cached mutant of the reference, any of which failed a counted
+    ground-truth test;
+  - ``0`` for a valid test that no known-wrong program fails: a test every known program passes earns at
+    most 0, so a tautology, a copied example or a test the wrong program happens to pass earns nothing.
+
+  With no program yet (the tester moving first), nothing is paid for catching: a valid test scores 0. A
+  turn with no parseable test scores ``-1`` (:data:`NO_TEST_REWARD`; through the agent, the environment's
+  ``parse_error_reward``). Where the problem gives no evidence there is no local reward (``None``): no
+  reference solution passes its own tests (LiveCodeBench has none at all), or a function problem's tests
+  hold no call with literal arguments to take the types from; the tester then learns from the global
+  part only. Hand-computed: tests (invalid, catches, valid), one program known wrong: ``(-1 + 1 + 0) / 3 =
+  0``; the same before any program: ``(-1 + 0 + 0) / 3``.
 * **Mixing** (:func:`training_reward`): ``alpha * global + local``, the global part alone when local is
   ``None``.
 * **Termination** (:func:`episode_over`): never on a hidden verdict. ``terminate_on="generated_tests"``
   (default) ends the episode when the current program passes every one of the tester's latest tests, at
-  least one of them (:func:`passes_generated_tests`; the reference solution's verdicts play no part:
-  they are hidden too); ``"turns"`` plays the whole turn budget. The turn budget ends it either way, and
-  success is judged on the final program. (``ground_truth``, ending when the hidden tests pass, is
-  refused: being asked for another turn would tell the coder it failed, and evaluation would become an
-  oracle-stopped pass@max_turns.)
+  least one of them (:func:`passes_generated_tests`; whether the tests are valid plays no part: the
+  references' verdicts are hidden too); ``"turns"`` plays the whole turn budget. The turn budget ends it
+  either way, and success is judged on the final program. (``ground_truth``, ending when the hidden tests
+  pass, is refused: being asked for another turn would tell the coder it failed, and evaluation would
+  become an oracle-stopped pass@max_turns.)
 """
 
 from __future__ import annotations
@@ -49,13 +65,13 @@ from pettingllms.envs.base import mix_reward
 TERMINATE_ON: tuple[str, ...] = ("generated_tests", "turns")
 #: Accepted values of ``partial_credit``; the first is the default.
 PARTIAL_CREDIT: tuple[str, ...] = ("beyond_constant", "pass_rate")
-#: Tester score of one test that the reference passes and the current program fails.
+#: Tester score of a valid test that fails a program known to be wrong (a caught bug).
 CATCH_REWARD = 1.0
-#: Tester score of one test that both the reference and the current program pass.
-AGREE_REWARD = 0.2
-#: Tester score of one test that the reference solution fails (the test itself is wrong).
-WRONG_TEST_REWARD = -1.0
-#: Tester local reward of a turn with no parseable test (when the dataset has a reference solution).
+#: Tester score of a valid test that no known-wrong program fails (or with no program yet).
+VALID_TEST_REWARD = 0.0
+#: Tester score of an invalid test (ill-typed, or a good reference fails it).
+INVALID_TEST_REWARD = -1.0
+#: Tester local reward of a turn with no parseable test (when the problem gives evidence).
 NO_TEST_REWARD = -1.0
 
 Verdicts = Sequence[bool]
@@ -155,43 +171,41 @@ def coder_local_reward(
                          name="turn_program_passed")
 
 
-def generated_test_score(*, reference_passes: bool, program_passes: bool) -> float:
-    """The tester's score of one generated test: -1 wrong test, +1 catches the program, +0.2 both pass."""
-    for name, value in (("reference_passes", reference_passes), ("program_passes", program_passes)):
+def generated_test_score(*, valid: bool, catches: bool) -> float:
+    """The tester's score of one generated test: -1 invalid, +1 valid and catches a known-wrong program,
+    0 valid otherwise. ``catches`` is False with no program yet."""
+    for name, value in (("valid", valid), ("catches", catches)):
         if not isinstance(value, bool):
             raise ValueError(f"`{name}` must be a bool, got {value!r}")
-    if not reference_passes:
-        return WRONG_TEST_REWARD
-    return AGREE_REWARD if program_passes else CATCH_REWARD
+    if not valid:
+        return INVALID_TEST_REWARD
+    return CATCH_REWARD if catches else VALID_TEST_REWARD
 
 
-def generated_tests_reward(*, reference_passed: Verdicts | None, program_passed: Verdicts | None) -> float | None:
-    """The tester's local reward over this turn's generated tests, in [-1, 1]; ``None`` with no reference.
+def generated_tests_reward(*, valid: Verdicts | None, catches: Verdicts | None) -> float | None:
+    """The tester's local reward over this turn's generated tests, in [-1, 1]; ``None`` without evidence.
 
     (Named after what it scores, not ``tester_...``: pytest would collect a ``test*`` name imported into a
     test module.)
 
-    ``reference_passed[i]``: the dataset's reference solution passes generated test ``i`` (``None``: the
-    dataset has no reference solution, so there is no local reward and the tester learns from the global
-    part only). ``program_passed[i]``: the coder's current program passes it (``None``: no program yet,
-    which fails every test). A turn with no parseable test passes ``reference_passed=[]`` and scores
-    :data:`NO_TEST_REWARD`.
+    ``valid[i]``: generated test ``i`` is valid (``None``: the problem gives no evidence, so there is no
+    local reward and the tester learns from the global part only). ``catches[i]``: it fails at least one
+    program known to be wrong (``None``: no program yet, so nothing is paid for catching). A turn with no
+    parseable test passes ``valid=[]`` and scores :data:`NO_TEST_REWARD`.
     """
-    if reference_passed is None:
+    if valid is None:
         return None
-    reference = _checked(reference_passed, "reference_passed")
-    if not reference:
+    checked = _checked(valid, "valid")
+    if not checked:
         return NO_TEST_REWARD
-    if program_passed is None:
-        program = [False] * len(reference)
+    if catches is None:
+        caught = [False] * len(checked)
     else:
-        program = _checked(program_passed, "program_passed")
-        if len(program) != len(reference):
-            raise ValueError(
-                f"`program_passed` has {len(program)} verdicts but `reference_passed` has {len(reference)}: "
-                "both must hold one per generated test"
-            )
-    scores = [generated_test_score(reference_passes=r, program_passes=p) for r, p in zip(reference, program)]
+        caught = _checked(catches, "catches")
+        if len(caught) != len(checked):
+            raise ValueError(f"`catches` has {len(caught)} verdicts but `valid` has {len(checked)}: both must hold "
+                             "one per generated test")
+    scores = [generated_test_score(valid=v, catches=c) for v, c in zip(checked, caught)]
     return sum(scores) / len(scores)
 
 
@@ -213,23 +227,23 @@ def check_terminate_on(terminate_on: str) -> str:
     return terminate_on
 
 
-def valid_generated_tests(*, reference_passed: Verdicts | None, count: int) -> int:
-    """How many of ``count`` generated tests are valid: those the reference passes, or all without one."""
+def valid_generated_tests(*, valid: Verdicts | None, count: int) -> int | None:
+    """How many of ``count`` generated tests are valid; ``None`` without evidence (validity unknown)."""
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         raise ValueError(f"`count` must be an integer >= 0, got {count!r}")
-    if reference_passed is None:
-        return count
-    reference = _checked(reference_passed, "reference_passed")
-    if len(reference) != count:
-        raise ValueError(f"`reference_passed` has {len(reference)} verdicts but `count` is {count}")
-    return sum(reference)
+    if valid is None:
+        return None
+    checked = _checked(valid, "valid")
+    if len(checked) != count:
+        raise ValueError(f"`valid` has {len(checked)} verdicts but `count` is {count}")
+    return sum(checked)
 
 
 def passes_generated_tests(program_passed: Verdicts | None) -> bool:
     """The stop rule of ``terminate_on="generated_tests"``: the current program passes every one of the
     tester's latest parsed tests, and there is at least one. ``program_passed``: its verdict on each
-    (``None``: no program). Whether the reference solution passes them plays no part: that is a hidden
-    verdict too."""
+    (``None``: no program). Whether the tests are valid (the references' verdicts) plays no part: that is
+    a hidden verdict too."""
     if program_passed is None:
         return False
     program = _checked(program_passed, "program_passed")
@@ -252,12 +266,12 @@ def episode_over(*, terminate_on: str, generated_program_passed: Verdicts | None
 
 
 __all__ = [
-    "AGREE_REWARD",
     "CATCH_REWARD",
+    "INVALID_TEST_REWARD",
     "NO_TEST_REWARD",
     "PARTIAL_CREDIT",
     "TERMINATE_ON",
-    "WRONG_TEST_REWARD",
+    "VALID_TEST_REWARD",
     "beyond_constant",
     "check_partial_credit",
     "check_terminate_on",

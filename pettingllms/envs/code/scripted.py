@@ -1,11 +1,15 @@
 """Scripted policies of the code environment (``pettingllms eval code/... --policy oracle``).
 
 * :class:`CodeOraclePolicy`: the coder answers with the dataset's reference solution; the tester with
-  the dataset's public tests, or else the first ground-truth tests it can express in its own format
-  (HumanEval's ``check`` programs give up their plain ``assert candidate(...)`` lines, renamed to the
-  entry point).
+  tests its parser accepts, taken from the dataset's tests, public ones first: stdin/stdout pairs as
+  they are, and for function problems every equality a test states with literals only (``assert f(1) ==
+  2``, HumanEval's ``assert candidate(...) == ...`` inside ``check``, the loaders' ``_got`` / ``_want``
+  pair; APPS's one-element-list wrapping of the expected value undone, as APPS's judge accepts) as a
+  call test. A problem whose tests state none (HumanEval 32, MBPP's ``math.isclose`` checks) leaves the
+  oracle tester without a test: its response then does not parse.
 * :class:`WrongCodePolicy`: a deliberately wrong coder (a program that parses and runs but answers
-  nothing useful) and a tester whose tests are wrong (the reference solution fails them).
+  nothing useful) and a tester whose tests are wrong (a call with no argument, an impossible output:
+  invalid, -1).
 * :class:`RandomCodePolicy`: a coin flip per response between the two (``--policy random``), so
   episodes mix successes, failures and both kinds of test.
 
@@ -15,14 +19,15 @@ they do for a model.
 
 from __future__ import annotations
 
-import ast
-import builtins
 import random
 from typing import Any
 
 from pettingllms.envs.code.data import CodeProblem
+from pettingllms.envs.code.evidence import literal_equalities
+from pettingllms.envs.code.parsing import call_test, is_solution_class
 
 __all__ = [
+    "NO_ORACLE_TEST",
     "ORACLE_TESTS",
     "CodeOraclePolicy",
     "RandomCodePolicy",
@@ -32,53 +37,32 @@ __all__ = [
     "wrong_tests",
 ]
 
-#: Most ground-truth tests the oracle tester copies when the problem has no public tests.
+#: Most tests the oracle tester writes.
 ORACLE_TESTS = 3
-_BUILTINS = frozenset(dir(builtins))
+#: The oracle tester's answer on a problem whose tests state no equality it can copy (it does not parse).
+NO_ORACLE_TEST = "The oracle has no stand-alone test for this problem."
 
 
-class _Rename(ast.NodeTransformer):
-    def __init__(self, old: str, new: str) -> None:
-        self.old, self.new = old, new
-
-    def visit_Name(self, node: ast.Name) -> ast.Name:
-        return ast.copy_location(ast.Name(self.new, node.ctx), node) if node.id == self.old else node
-
-
-def _check_asserts(source: str, entry_point: str) -> list[str]:
-    """The top-level ``assert`` lines of a ``def check(candidate)`` program, calling ``entry_point``,
-    keeping those that name nothing but the entry point and builtins (so each stands alone)."""
-    try:
-        module = ast.parse(source)
-    except SyntaxError:
-        return []
-    found = []
-    for node in module.body:
-        if not (isinstance(node, ast.FunctionDef) and node.name == "check" and node.args.args):
-            continue
-        candidate = node.args.args[0].arg
-        for statement in node.body:
-            if not isinstance(statement, ast.Assert):
-                continue
-            renamed = _Rename(candidate, entry_point).visit(statement)
-            names = {n.id for n in ast.walk(renamed) if isinstance(n, ast.Name)}
-            if entry_point in names and names <= _BUILTINS | {entry_point}:
-                found.append(ast.unparse(renamed))
-    return found
+def _call_tests(problem: CodeProblem, assertion: str) -> list[dict[str, str]]:
+    """The literal equalities of one dataset test as generated call tests (``{"call": text}``)."""
+    out = []
+    for args, expected in literal_equalities(assertion, problem.entry_point):
+        if problem.dataset == "apps" and isinstance(expected, list) and len(expected) == 1:
+            expected = expected[0]  # APPS stores a return value wrapped in a list
+        made = call_test(problem.entry_point, args, expected, is_solution_class(problem.starter_code))
+        if made is not None:
+            out.append({"call": made.assertion})
+    return out
 
 
 def oracle_tests(problem: CodeProblem, limit: int = ORACLE_TESTS) -> list[dict[str, str]]:
-    """The tests the oracle tester writes: the public ones, else the first ``limit`` ground-truth tests
-    in the tester's format."""
-    if problem.public_tests:
-        return list(problem.public_tests[:limit])
+    """The tests the oracle tester writes: the first ``limit`` of the dataset's tests (public ones first) in
+    the form the tester's parser accepts (see the module docstring)."""
     if problem.style == "stdio":
-        return list(problem.tests[:limit])
+        return list((problem.public_tests or problem.tests)[:limit])
     out: list[dict[str, str]] = []
-    for test in problem.tests:
-        text = test["assertion"].strip()
-        lines = [text] if text.startswith("assert ") and "\n" not in text else _check_asserts(text, problem.entry_point)
-        out += [{"assertion": line} for line in lines]
+    for test in (*problem.public_tests, *problem.tests):
+        out += [t for t in _call_tests(problem, test["assertion"]) if t not in out]
         if len(out) >= limit:
             break
     return out[:limit]
@@ -90,9 +74,9 @@ def _respond(agent: Any, program: str | None, tests: list[dict[str, str]]) -> st
             raise ValueError("this problem has no reference solution: the oracle coder cannot answer")
         return agent.format_response(program)
     if not tests:
-        # Some checks hold no stand-alone assert (HumanEval 32, 38, 50 test through loops): the tester then
-        # answers without a test, which the environment scores as a turn with no parseable test.
-        return "The oracle has no stand-alone test for this problem."
+        # Some problems' tests state no equality with literals (HumanEval 32 tests through a loop, MBPP's
+        # `math.isclose` checks): the tester then answers without a test, a turn with no parseable test.
+        return NO_ORACLE_TEST
     return agent.format_response(tests)
 
 
@@ -127,7 +111,8 @@ def wrong_program(problem: CodeProblem) -> str:
 def wrong_tests(problem: CodeProblem) -> list[dict[str, str]]:
     """A test the reference solution fails: a call with no argument, or an impossible expected output."""
     if problem.style == "function":
-        return [{"assertion": f"assert {problem.entry_point}() == '__wrong__'"}]
+        made = call_test(problem.entry_point, (), "__wrong__", is_solution_class(problem.starter_code))
+        return [{"call": made.assertion}]
     return [{"stdin": "0\n", "expected_stdout": "__wrong__"}]
 
 
