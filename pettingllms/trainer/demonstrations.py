@@ -146,7 +146,8 @@ async def collect_demonstrations(
     """``{role: [Demonstration, ...]}`` from oracle episodes on ``seeds`` (one agent per turn-order role).
 
     An episode the oracle does not solve (e.g. its answer exceeds the answer-length limit) is an error
-    naming the seed, or, with ``skip_failed``, left out with a warning. ``tool_candidates`` and
+    naming the seed, or, with ``skip_failed``, left out with a warning; an oracle answer that does not parse
+    is left out (counted in a warning). ``tool_candidates`` and
     ``accept_proposals``: see :class:`~pettingllms.scripted.OraclePolicy` (draws seeded by the instance seed).
     ``late_turn_fraction``: share of episodes that start with a random detour (:func:`detour_turns`, drawn
     with ``detour_seed``); an episode whose detour already solved the instance records nothing.
@@ -156,6 +157,7 @@ async def collect_demonstrations(
 
     by_role: dict[str, list[Demonstration]] = {agent.role: [] for agent in agents}
     skipped: list[int] = []
+    unparsed: dict[str, int] = {}
     name = getattr(env, "name", type(env).__name__)
     with tqdm(seeds, desc=f"demonstrations ({name})", unit="episode", disable=not progress) as bar:
         for seed in bar:
@@ -173,10 +175,18 @@ async def collect_demonstrations(
                     )
                 skipped.append(seed)
                 continue
-            for role, prompt, response in recorder.records:
+            # The recorded answers are those of the steps past the detour, in order. One that does not parse
+            # (the code oracle's tester where a problem's tests state no literal equality) teaches nothing.
+            oracle_steps = [s for s in result.steps if s.turn >= detour]
+            for (role, prompt, response), step in zip(recorder.records, oracle_steps, strict=True):
+                if step.parse_error is not None:
+                    unparsed[role] = unparsed.get(role, 0) + 1
+                    continue
                 by_role[role].append(Demonstration(prompt, response))
     if skipped:
         logger.warning("oracle demonstrations: skipped %d unsolved seed(s): %s", len(skipped), skipped[:20])
+    if unparsed:
+        logger.warning("oracle demonstrations: left out %s oracle answer(s) that do not parse (by role)", unparsed)
     return by_role
 
 

@@ -114,17 +114,17 @@ def test_sft_demonstrations_teach_both_roles_from_train_split_references(data):
     finally:
         pool.close()
     # sft.workflows puts the tester first: each turn is a tester then a coder demonstration, and the episode
-    # ends once the reference passes the tester's tests (one turn; a problem whose tests state no equality
-    # with literals, mbpp/902's `math.isclose` checks, leaves the oracle tester without a test: its episode
-    # plays the turn budget).
-    assert len(demos["test_generator"]) == len(demos["code_generator"]) >= 3
+    # ends once the reference passes the tester's tests (one turn). A problem whose tests state no equality
+    # with literals (mbpp/902's `math.isclose` checks) leaves the oracle tester without a test: its episode
+    # plays the turn budget (3 turns), and its answers that do not parse are left out of the demonstrations.
+    assert len(demos["code_generator"]) == 2 + 3 and len(demos["test_generator"]) == 2
     responses = [demo.response for demo in demos["code_generator"]]
     assert all(any(reference.strip() in response for reference in references) for response in responses)
     assert all(any(reference.strip() in response for response in responses) for reference in references)
     # The tester's demonstrations are the oracle's call tests, in the one form its parser accepts.
     written = {format_tests(p, oracle_tests(p)) for p in problems if oracle_tests(p)}
     assert [p.problem_id for p in problems if not oracle_tests(p)] == ["mbpp/902"]
-    assert {demo.response for demo in demos["test_generator"]} == written | {NO_ORACLE_TEST}
+    assert {demo.response for demo in demos["test_generator"]} == written and NO_ORACLE_TEST not in written
     assert "```python\nassert add(1, 2) == 3\nassert add(-3, 3) == 0\n" in "".join(written)
 
 
