@@ -17,8 +17,15 @@ from hypothesis import strategies as st
 
 from pettingllms.sandbox import SandboxConfig, SandboxPool
 from pettingllms.sandbox.function_calls import stdlib_names
-from pettingllms.sandbox.plain_data import MAX_DEPTH, NotPlainData, ProtocolError, assign_in_place, decode, encode
 from pettingllms.sandbox.judge import TestCase
+from pettingllms.sandbox.plain_data import (
+    MAX_DEPTH,
+    NotPlainData,
+    ProtocolError,
+    assign_in_place,
+    decode,
+    encode,
+)
 
 needs_linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux")
 
