@@ -13,6 +13,9 @@ contiguous :func:`shard` of a batch's rows; the gradients and the row counts are
 an optimizer step (:func:`all_reduce_gradients`, :func:`all_reduce_sum`), so the step is the one-process
 step over the same global rows; rank 0 alone writes files (ranks > 0 log into a :class:`RankMetricsLogger`)
 while the others wait at a :func:`barrier`; a checkpoint records the world size (:func:`check_world_size`).
+
+The public CoMLRL library's one-process helpers live here too: :class:`DistributedContext`,
+:func:`local_context` and :func:`unwrap_model`.
 """
 
 from __future__ import annotations
@@ -20,11 +23,13 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
 
 __all__ = [
+    "DistributedContext",
     "RankMetricsLogger",
     "all_reduce_gradients",
     "all_reduce_max",
@@ -34,8 +39,10 @@ __all__ = [
     "gather_objects",
     "init_distributed",
     "is_main_process",
+    "local_context",
     "rank",
     "shard",
+    "unwrap_model",
     "world_size",
 ]
 
@@ -59,6 +66,27 @@ def init_distributed() -> int:
         else:
             dist.init_process_group("gloo")
     return world_size()
+
+
+@dataclass(frozen=True)
+class DistributedContext:
+    """Where a process runs (the public library's record): whether it is the main process, and its device."""
+
+    is_main: bool
+    device: torch.device
+
+
+def local_context(device: torch.device | None = None) -> DistributedContext:
+    """The context of a single process: the main one, on ``device`` (default: CUDA when available, else
+    the CPU)."""
+    if device is None:
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return DistributedContext(is_main=True, device=device)
+
+
+def unwrap_model(model: Any) -> Any:
+    """The model inside a data-parallel wrapper (its ``.module``), else ``model`` itself."""
+    return getattr(model, "module", model)
 
 
 def world_size() -> int:

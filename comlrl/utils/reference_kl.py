@@ -1,8 +1,24 @@
-"""The public library's import path ``comlrl.utils.reference_kl``. Its helpers have no counterpart here that
-means the same thing, so none is provided: the frozen reference models and their per-sequence KL are
-:class:`comlrl.trainers.core.reference.ReferencePolicy` (``sequence_kl``, any of the k1 / k2 / k3
-estimators of :mod:`comlrl.rl`), configured by the ``reference_kl_*`` and ``reference_devices`` config
-fields. docs/compatibility.md (section 8) lists each public name.
+"""The public library's import path ``comlrl.utils.reference_kl``: its reference-KL helpers, defined in
+:mod:`comlrl.trainers.core.reference_kl` with the public meanings (docs/compatibility.md, section 8). For
+users' scripts only: no comlrl module imports from here.
 """
 
-__all__ = []
+from comlrl.trainers.core.reference_kl import (
+    clone_reference_models,
+    load_reference_models_from_sources,
+    reference_kl_coef,
+    reference_kl_enabled,
+    reference_kl_for_sequence,
+    resolve_reference_devices,
+    validate_reference_kl_config,
+)
+
+__all__ = [
+    "reference_kl_enabled",
+    "reference_kl_coef",
+    "validate_reference_kl_config",
+    "resolve_reference_devices",
+    "clone_reference_models",
+    "load_reference_models_from_sources",
+    "reference_kl_for_sequence",
+]

@@ -1,8 +1,20 @@
-"""The public library's import path ``comlrl.utils.reward_utils``. Its helpers have no counterpart here that
-means the same thing, so none is provided: the reward calling conventions live in
-:class:`comlrl.trainers.core.oracle.Oracle` (a class, not ``call_reward_function``), a reward range is the
-attribute ``reward_func.reward_range = (low, high)`` that ``log_reward_distribution`` reads, and the
-trainers never reshape reward lists. docs/compatibility.md (section 8) lists each public name.
+"""The public library's import path ``comlrl.utils.reward_utils``: its reward-function helpers, defined in
+:mod:`comlrl.trainers.core.reward_functions` with the public meanings (docs/compatibility.md, section 8).
+For users' scripts only: no comlrl module imports from here.
 """
 
-__all__ = []
+from comlrl.trainers.core.reward_functions import (
+    RewardCallable,
+    call_reward_function,
+    normalize_reward_lengths,
+    resolve_reward_range,
+    set_reward_range,
+)
+
+__all__ = [
+    "RewardCallable",
+    "resolve_reward_range",
+    "set_reward_range",
+    "call_reward_function",
+    "normalize_reward_lengths",
+]

@@ -235,8 +235,13 @@ def test_reward_model_source_and_device_rules(tiny_model_path, tmp_path):
     model.name_or_path = ""  # an object with no name (as if built in memory)
     tok = load_tokenizer(tiny_model_path)
     common = dict(agents=[model, model], tokenizer=tok, reward_func=CountingReward(), train_dataset=ITEMS)
-    with pytest.raises(ValueError, match="reward_model_name"):
-        MARLHFTrainer(**common, args=MARLHFConfig(output_dir=str(tmp_path), **tiny()))
+    # Unnamed actor objects: the trainer is built (as in the public library) and train() asks for the
+    # reward model's name before it generates or loads anything.
+    unnamed = MARLHFTrainer(**common, args=MARLHFConfig(output_dir=str(tmp_path), **tiny()))
+    assert unnamed.reward_model_source is None
+    with pytest.raises(ValueError, match="`reward_model_name` must be set"):
+        unnamed.train()
+    assert unnamed.backend.generate_calls == 0 and unnamed.reward_model is None and unnamed.env_step == 0
     trainer = MARLHFTrainer(
         **common, args=MARLHFConfig(output_dir=str(tmp_path), reward_model_name=tiny_model_path, **tiny())
     )

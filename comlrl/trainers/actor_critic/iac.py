@@ -36,7 +36,8 @@ class ActorCriticTrainer(OnlineRLTrainer):
 
     Critic sources: ``critics`` (one per critic), else ``critic_model`` for every critic, else
     ``args.critic_model_name``, else the agents' model name (an error asks for one of them when the agents
-    are unnamed model objects).
+    are unnamed model objects). With ``report_to`` holding ``"wandb"`` (a ``wandb_config`` adds it) the W&B
+    run opens in the constructor, as in the public library; the other trainers open it at the first log.
     """
 
     def __init__(
@@ -81,6 +82,8 @@ class ActorCriticTrainer(OnlineRLTrainer):
             metrics_callback=metrics_callback,
             **kwargs,
         )
+        if "wandb" in self.args.report_to:
+            self.metrics_logger  # noqa: B018 - opens the W&B run now, as the public actor-critic constructors do
 
 
 class IACTrainer(ActorCriticTrainer):

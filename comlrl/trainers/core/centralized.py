@@ -2,7 +2,8 @@
 
 Two users share these pieces: a centralized *actor* (``collaboration_mode="centralized"``,
 :class:`CentralizedCollaboration`) and centralized *comparator generation* (the comparators call
-:func:`build_joint_prompt` and :func:`split_joint_completions`).
+:func:`build_joint_prompt` and :func:`split_joint_completions`). :class:`CentralizedRewardCollaboration` is the
+public library's class of the same role, with its constructor, for users' scripts.
 
 An adapter turns the agents' prompts for an item into one joint prompt (``build_prompt``) and splits a
 joint completion back into one text per role (``parse_completion``).
@@ -15,6 +16,7 @@ breaks its contract (wrong type or count) is an :class:`AdapterContractError`.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import re
@@ -24,6 +26,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from comlrl.rollout.types import Completion, Prompt
 from comlrl.trainers.core.oracle import Oracle, OracleScores
+from comlrl.trainers.core.reward_functions import call_reward_function, resolve_reward_range
+from comlrl.trainers.core.team_keywords import build_formatters
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +36,7 @@ __all__ = [
     "CentralizedCollaboration",
     "CentralizedComparatorAdapter",
     "CentralizedComparatorParseError",
+    "CentralizedRewardCollaboration",
     "JointSplit",
     "TaggedCentralizedComparatorAdapter",
     "build_joint_prompt",
@@ -270,6 +275,91 @@ class CentralizedCollaboration:
 
     def wrap_oracle(self, oracle: Oracle) -> CentralizedOracle:
         return CentralizedOracle(self, oracle)
+
+
+class CentralizedRewardCollaboration:
+    """The public library's ``CentralizedCollaboration(adapter, formatters, reward_func, num_roles)`` (its
+    import path ``comlrl.trainers.preference.collaboration`` gives this class that name): the joint prompt
+    (:meth:`build_prompt`), the role split (:meth:`split`), and, called as a reward function on joint
+    completions, the task reward of their split roles (one joint reward each, by the public calling
+    convention, :func:`~comlrl.trainers.core.reward_functions.call_reward_function`). An unparsable joint
+    completion gives every role ``""``.
+
+    comlrl's trainers use :class:`CentralizedCollaboration` (built from role formatters; scores through the
+    oracle's checks and counts parse failures) instead; this class is for users' scripts.
+    """
+
+    def __init__(self, adapter: Any, formatters: Any, reward_func: Any, num_roles: int) -> None:
+        self.adapter = adapter
+        self.num_roles = num_roles
+        self.formatters = build_formatters(formatters, num_roles, pass_none_external_prompts=False)
+        self.reward_func = reward_func
+        self.reward_range = resolve_reward_range(reward_func)
+
+    def build_prompt(self, item: Any) -> str:
+        """The joint prompt of ``item`` from every role formatter's prompt."""
+        return build_joint_prompt(self.adapter, item, [formatter(item) for formatter in self.formatters])
+
+    def split(self, completion: str, item: Any) -> list[str]:
+        """The role responses of one joint completion (``""`` for each when the adapter cannot parse it)."""
+        try:
+            outputs = self.adapter.parse_completion(completion, item, self.num_roles)
+        except CentralizedComparatorParseError:
+            outputs = [""] * self.num_roles
+        return check_role_outputs(outputs, self.num_roles)
+
+    def __call__(self, completions: Sequence[str], *, prompts: Any = None, batch_items: Any = None) -> list[float]:
+        """One task reward per joint completion; ``batch_items`` holds one item for all, or one each."""
+        if not batch_items:
+            raise ValueError("Centralized task rewards require batch_items.")
+        if len(batch_items) not in {1, len(completions)}:
+            raise ValueError(
+                f"Centralized completions must align with batch_items: {len(completions)} completions, "
+                f"{len(batch_items)} batch_items."
+            )
+        rewards = []
+        for index, completion in enumerate(completions):
+            item = batch_items[0] if len(batch_items) == 1 else batch_items[index]
+            values = call_reward_function(
+                self.reward_func,
+                [self.formatters[0](item)],
+                [[output] for output in self.split(completion, item)],
+                num_agents=self.num_roles,
+                batch_items=[item],
+            )
+            if len(values) != 1:
+                raise ValueError(f"Centralized task reward must return one joint reward, got {len(values)}.")
+            rewards.append(values[0])
+        return rewards
+
+    def split_eval(
+        self, joint_turns: Sequence[Sequence[Sequence[str]]], items: Sequence[Any]
+    ) -> list[list[list[str]]]:
+        """Evaluation completions ``[turn 0][item][sample]`` of the joint actor as ``[role][item][sample]``."""
+        if len(joint_turns) != 1 or len(joint_turns[0]) != len(items):
+            raise ValueError("Centralized evaluation outputs must align with items.")
+        outputs: list[list[list[str]]] = [[] for _ in range(self.num_roles)]
+        for samples, item in zip(joint_turns[0], items):
+            rows = [self.split(completion, item) for completion in samples]
+            for role in range(self.num_roles):
+                outputs[role].append([row[role] for row in rows])
+        return outputs
+
+    def wrap_metrics_callback(self, callback: Any) -> Any:
+        """``callback`` fed one copy of each rollout sample per role: ``agent_idx`` the role, ``completion``
+        its response (the sample's ``metadata["batch_item"]`` is the item it was split for)."""
+
+        def role_metrics(rollouts: Sequence[Any]) -> Any:
+            role_samples = []
+            for sample in rollouts:
+                for role, completion in enumerate(self.split(sample.completion, sample.metadata["batch_item"])):
+                    role_sample = copy.copy(sample)
+                    role_sample.agent_idx = role
+                    role_sample.completion = completion
+                    role_samples.append(role_sample)
+            return callback(role_samples)
+
+        return role_metrics
 
 
 class CentralizedOracle:

@@ -56,6 +56,16 @@ class OnlineRLTrainer(MultiAgentTrainerBase):
         """The critics (value models), persisting across epochs."""
         return self.rl.critics
 
+    @property
+    def critic_optimizers(self) -> list[Any]:
+        """One AdamW per critic, in critic order (the public attribute)."""
+        return self.rl.critic_optimizers
+
+    @property
+    def reference_policy(self) -> Any:
+        """The frozen initial agents of the reference KL (None when ``reference_kl_enabled`` is off)."""
+        return self.rl.reference
+
     def _run(self, plan: CheckpointPlan) -> None:
         items = self._require_train_items()
         epochs = self.args.num_train_epochs

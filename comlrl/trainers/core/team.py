@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from comlrl.policy import MultiAgentPolicy
+from comlrl.trainers.core.device_scheduler import DeviceScheduler
 from comlrl.trainers.core.validation import public_wording
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "agent_sources",
     "as_items",
     "build_team",
+    "check_team_keywords",
     "resolve_devices",
     "resolve_formatters",
     "save_agent_folders",
@@ -64,23 +66,11 @@ def build_team(
                 f"got {policy.num_agents}"
             )
         return policy, [None] * policy.num_agents
-    if centralized and agents is not None and (_is_source_list(agents) and len(agents) != 1):
-        raise ValueError(
-            "Centralized collaboration requires exactly one actor model. `agents` must hold one model, "
-            f"got {len(agents)}"
-        )
-    rules = bool(getattr(args, "actor_critic_constructor_rules", False)) and not centralized
-    sources = agent_sources(agent_model, agents, 1 if centralized else num_agents, exact_count=rules)
-    if rules and agents is not None and tokenizer is None:
-        raise ValueError(
-            "Tokenizer must be provided when using agents. `tokenizer` is None while `agents` is given "
-            f"({type(args).__name__} follows the public actor-critic rules)"
-        )
+    sources, tokenizers = check_team_keywords(agent_model, agents, num_agents, tokenizer, args, centralized=centralized)
     actor_names = [source_name(s) for s in sources]
     count = len(sources)
     names = [f"agent_{i}" for i in range(count)]
     load_kwargs, special_tokens = _model_loading_options(dict(model_config or {}))
-    tokenizers = _tokenizer_list(tokenizer, count, centralized=centralized, per_source=agents is not None)
     devices = resolve_devices(args.agent_devices, count, args.parallel_training)
 
     if lora_config is not None:
@@ -110,6 +100,37 @@ def build_team(
         {n: n for n in names}, models, tokenizer=toks, arrangement="single" if count == 1 else "per_agent"
     )
     return team, actor_names
+
+
+def check_team_keywords(
+    agent_model: Any,
+    agents: Sequence[Any] | None,
+    num_agents: int,
+    tokenizer: Any,
+    args: Any,
+    *,
+    centralized: bool,
+) -> tuple[list[Any], list[Any]]:
+    """``(one model source per actor, one tokenizer or None per actor)``: the team keywords checked without
+    loading anything, in the public library's order (under centralized collaboration one actor and one
+    tokenizer; then a source for every agent, :func:`agent_sources`; then, for the actor-critic configs, a
+    tokenizer with ``agents``). The trainers call it before any other rule that could hide these errors."""
+    if centralized and agents is not None and (_is_source_list(agents) and len(agents) != 1):
+        raise ValueError(
+            "Centralized collaboration requires exactly one actor model. `agents` must hold one model, "
+            f"got {len(agents)}"
+        )
+    if centralized:
+        _tokenizer_list(tokenizer, 1, centralized=True)
+    rules = bool(getattr(args, "actor_critic_constructor_rules", False)) and not centralized
+    sources = agent_sources(agent_model, agents, 1 if centralized else num_agents, exact_count=rules)
+    if rules and agents is not None and tokenizer is None:
+        raise ValueError(
+            "Tokenizer must be provided when using agents. `tokenizer` is None while `agents` is given "
+            f"({type(args).__name__} follows the public actor-critic rules)"
+        )
+    tokenizers = _tokenizer_list(tokenizer, len(sources), centralized=centralized, per_source=agents is not None)
+    return sources, tokenizers
 
 
 def agent_count(
@@ -229,12 +250,7 @@ def source_name(source: Any) -> str | None:
 def resolve_devices(spec: Any, count: int, parallel_training: str) -> list[str]:
     """One device per agent from ``agent_devices`` (the public rules)."""
     if spec is None or spec == "auto":
-        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        devices = (
-            [f"cuda:{i}" for i in range(count)]
-            if gpus >= count
-            else (["cuda:0"] * count if gpus else ["cpu"] * count)
-        )
+        devices = DeviceScheduler.auto_devices(count)
     elif isinstance(spec, str):
         devices = [spec] * count
     elif len(spec) == 1:

@@ -46,6 +46,7 @@ from comlrl.trainers.core.models import disable_dropout
 from comlrl.trainers.core.nonfinite import NonFiniteGuard
 from comlrl.trainers.core.optimization import GradientSteps
 from comlrl.trainers.core.oracle import NonFiniteRewardError, Oracle, OracleScores
+from comlrl.trainers.core.reference import ReferencePolicy
 from comlrl.trainers.core.sampling import (
     ItemSample,
     PromptedItem,
@@ -58,9 +59,11 @@ from comlrl.trainers.core.team import (
     agent_count,
     as_items,
     build_team,
+    check_team_keywords,
     resolve_formatters,
     save_agent_folders,
 )
+from comlrl.trainers.core.team_keywords import infer_model_name
 from comlrl.trainers.core.train_options import (
     UNSET,
     CheckpointPlan,
@@ -142,30 +145,25 @@ class MultiAgentTrainerBase(TrainerCore):
         args = self._check_args(args)
         # Under accelerate launch / torchrun: join the launch, or refuse it before any model loads.
         self.data_parallel = DataParallel(type(self).__name__, self.data_parallel_refusal(args))
-        self.external_transition = self._accept_external_transition(external_transition, args)
+        centralized = bool(getattr(args, "is_centralized", False))
+        joint = centralized or getattr(args, "comparator_generation_mode", None) == "centralized"
+        adapter = centralized_comparator_adapter  # None gives the tagged adapter where one is needed
+        self.centralized_adapter = check_adapter(adapter) if joint or adapter is not None else None
+        # The public order: adapter, team sources, reward, role count, formatters; then the multi-turn rule.
+        if policy is None:
+            check_team_keywords(agent_model, agents, num_agents, tokenizer, args, centralized=centralized)
         if reward_func is None or not callable(reward_func):
             message = f"`reward_func` must be a callable, got {type(reward_func).__name__}"
             raise ValueError(public_wording(message, "reward_func must be a callable."))
-        if reward_processor is not None and not callable(reward_processor):
-            raise ValueError(
-                f"`reward_processor` must be a callable or None, got {type(reward_processor).__name__}"
-            )
-        for name, value in (("eval_logger", eval_logger), ("eval_aggregator", eval_aggregator)):
+        for name, value in (
+            ("reward_processor", reward_processor), ("eval_logger", eval_logger), ("eval_aggregator", eval_aggregator)
+        ):
             if value is not None and not callable(value):
                 raise ValueError(f"`{name}` must be a callable or None, got {type(value).__name__}")
         if isinstance(num_agents, bool) or not isinstance(num_agents, int) or num_agents < 1:
             raise ValueError(f"`num_agents` must be an integer >= 1, got {num_agents!r}")
         args = apply_wandb_config(args, wandb_config)
         self.wandb_config = dict(wandb_config) if wandb_config is not None else None
-
-        self.centralized_adapter = None
-        centralized = bool(getattr(args, "is_centralized", False))
-        if centralized or getattr(args, "comparator_generation_mode", None) == "centralized":
-            self.centralized_adapter = check_adapter(centralized_comparator_adapter)
-        elif centralized_comparator_adapter is not None:
-            check_adapter(centralized_comparator_adapter)
-            self.centralized_adapter = centralized_comparator_adapter
-
         self.num_roles: int | None = None
         if centralized:
             if num_agents != args.num_agents:
@@ -177,16 +175,9 @@ class MultiAgentTrainerBase(TrainerCore):
             self.num_roles = args.num_agents
         # The formatters are checked against the agent (role) count the keywords ask for, before any model loads.
         resolve_formatters(formatters, agent_count(agents, num_agents, policy, args, centralized=centralized))
+        self.external_transition = self._accept_external_transition(external_transition, args)
         self.policy, self.actor_names = build_team(
-            agent_model,
-            agents,
-            num_agents,
-            tokenizer,
-            model_config,
-            lora_config,
-            policy,
-            args,
-            centralized=centralized,
+            agent_model, agents, num_agents, tokenizer, model_config, lora_config, policy, args, centralized=centralized
         )
         actor_count = self.policy.num_agents
         if not centralized and actor_count != args.num_agents:
@@ -194,10 +185,7 @@ class MultiAgentTrainerBase(TrainerCore):
             # validates device lists against its own count, so bring it in line (and say so).
             logger.warning(
                 "`args.num_agents` (%d) differs from the trainer's agent count (%d, from `agents` or "
-                "`num_agents`); using %d",
-                args.num_agents,
-                actor_count,
-                actor_count,
+                "`num_agents`); using %d", args.num_agents, actor_count, actor_count,
             )
             args = dataclasses.replace(args, num_agents=actor_count)
         self.args = args
@@ -263,6 +251,19 @@ class MultiAgentTrainerBase(TrainerCore):
         return list(self.optimizers_by_policy.values())
 
     @property
+    def model_name(self) -> str | None:
+        """The first actor's model name (public attribute): as given, else from its config or class (never loaded)."""
+        return self.actor_names[0] if self.actor_names[0] is not None else infer_model_name(self.agents[0])
+
+    reference_policy: ReferencePolicy | None = None  # set by the trainers that keep a frozen reference
+
+    @property
+    def reference_models(self) -> list[nn.Module]:
+        """Each agent's frozen reference model (the public attribute; [] for a trainer without one)."""
+        ref = self.reference_policy
+        return [] if ref is None else [ref.policy.handle(a).model for a in ref.policy.agents]
+
+    @property
     def verbose(self) -> bool:
         """Progress bars and notices on (the public library's ``trainer.verbose``)."""
         return self._verbose
@@ -271,9 +272,7 @@ class MultiAgentTrainerBase(TrainerCore):
     def verbose(self, value: bool) -> None:
         self._verbose = bool(value)
 
-    @property
-    def output_dir(self) -> Path:
-        return Path(self.args.output_dir)
+    output_dir = property(lambda self: Path(self.args.output_dir), doc="``args.output_dir`` as a Path.")
 
     def reset_counters(self) -> None:
         """Zero the run's counters (a fresh ``train()``)."""

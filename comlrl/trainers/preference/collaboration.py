@@ -1,12 +1,13 @@
 """The public library's import path ``comlrl.trainers.preference.collaboration``: its
-``CentralizedCollaboration`` (one actor model writes every role) is
-:class:`comlrl.trainers.core.centralized.CentralizedCollaboration`, which every comlrl trainer uses for
-``collaboration_mode="centralized"``. Ours is built from an adapter and the role formatters and hands the
-trainer the joint prompt, the role split and a wrapped oracle; the public one also takes the reward function
-and is itself called as one. The public ``joint_sequence_log_prob`` and ``joint_policy_gradient_loss`` are
-not provided (docs/compatibility.md, section 8). For users' scripts only: no comlrl module imports from here.
+``CentralizedCollaboration(adapter, formatters, reward_func, num_roles)`` (one actor model writes every role;
+the object builds the joint prompt, splits joint completions into roles and, called as a reward function,
+scores them with the task reward) is :class:`comlrl.trainers.core.centralized.CentralizedRewardCollaboration`.
+comlrl's trainers use :class:`comlrl.trainers.core.centralized.CentralizedCollaboration` for
+``collaboration_mode="centralized"``, with its own constructor. The public ``joint_sequence_log_prob`` and
+``joint_policy_gradient_loss`` are internals of the public trainers and are not provided
+(docs/compatibility.md, section 8). For users' scripts only: no comlrl module imports from here.
 """
 
-from comlrl.trainers.core.centralized import CentralizedCollaboration
+from comlrl.trainers.core.centralized import CentralizedRewardCollaboration as CentralizedCollaboration
 
 __all__ = ["CentralizedCollaboration"]

@@ -33,6 +33,7 @@ from comlrl.scoring import completion_logprobs
 from comlrl.seeding import derive_seed
 from comlrl.trainers.core.models import pad_token_id, scoring_mode
 from comlrl.trainers.core.optimization import accumulated_steps
+from comlrl.trainers.core.reference import ReferencePolicy
 from comlrl.trainers.preference.base import PreferenceTrainerBase
 from comlrl.trainers.preference.config import MADPOConfig, MADPOIterConfig
 from comlrl.trainers.preference.losses import (
@@ -75,6 +76,12 @@ class MADPOTrainer(PreferenceTrainerBase):
         self.preference_reference = (
             self.add_part(PreferenceReference(self)) if self.args.preference_reference == "initial" else None
         )
+
+    @property
+    def reference_policy(self) -> ReferencePolicy | None:
+        """The frozen initial agents of ``preference_reference="initial"`` (None for the reference-free loss,
+        whatever ``reference_kl_enabled`` says: MADPO's loss never uses a reference KL)."""
+        return None if self.preference_reference is None else self.preference_reference.reference
 
     # ------------------------------------------------------------------------------------ the epochs
     def learn_from_pairs(

@@ -34,6 +34,7 @@ warm start). Critics, their optimizers and the reference-policy snapshot travel 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from comlrl.seeding import derive_seed
 from comlrl.trainers.core.oracle import Oracle
 from comlrl.trainers.core.policy_learning import PolicyLearner, RewardFn
 from comlrl.trainers.core.sampling import ItemSample
+from comlrl.trainers.core.train_options import UNSET
 from comlrl.trainers.preference.base import PreferenceTrainerBase
 from comlrl.trainers.preference.config import MARLHFConfig, MARLHFIterConfig
 from comlrl.trainers.preference.records import PreferencePair
@@ -96,8 +98,10 @@ class MARLHFTrainer(PreferenceTrainerBase):
 
     Takes the public CoMLRL constructor keywords (see :class:`~comlrl.trainers.core.trainer.MultiAgentTrainerBase`)
     plus ``metrics_callback``, ``critic_model`` and ``critics`` (critic sources of the maac / iac backends),
-    and a :class:`~comlrl.trainers.preference.MARLHFConfig`. The reward model's source is resolved (and a
-    missing name reported) when the trainer is built.
+    and a :class:`~comlrl.trainers.preference.MARLHFConfig`. The reward model's source is
+    ``reward_model_name``, else the agents' model name; actors given as unnamed model objects need
+    ``reward_model_name``, which :meth:`train` reports first, before anything is generated or loaded (the
+    public library reports it when reward training starts; a trainer of such actors can still be built).
 
     >>> trainer = MARLHFTrainer(agent_model="test-tiny", num_agents=2, reward_func=reward,
     ...                         train_dataset=items, args=MARLHFConfig(rl_algorithm="magrpo"))
@@ -115,7 +119,10 @@ class MARLHFTrainer(PreferenceTrainerBase):
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
-        self.reward_model_source = resolve_reward_model_source(self.args.reward_model_name, self.actor_names)
+        named = self.args.reward_model_name is not None or self.actor_names[0] is not None
+        self.reward_model_source: str | None = (
+            resolve_reward_model_source(self.args.reward_model_name, self.actor_names) if named else None
+        )
         self.reward_model_device = resolve_reward_model_device(
             self.args.reward_model_device, self.policy.device(0)
         )
@@ -128,6 +135,31 @@ class MARLHFTrainer(PreferenceTrainerBase):
     def critics(self) -> list[Any]:
         """The RL stage's critics (maac / iac), persisting across epochs and rounds."""
         return self.rl.critics
+
+    @property
+    def critic_optimizers(self) -> list[Any]:
+        """One AdamW per critic, in critic order (the public attribute)."""
+        return self.rl.critic_optimizers
+
+    @property
+    def reference_policy(self) -> Any:
+        """The RL stage's frozen initial agents (None when ``reference_kl_enabled`` is off)."""
+        return self.rl.reference
+
+    def train(
+        self,
+        resume_from_checkpoint: str | os.PathLike | bool | None = None,
+        checkpoint_dir: str | os.PathLike | None = None,
+        checkpoint_interval: int = UNSET,
+        checkpoint_total_limit: int | None = UNSET,
+        **generation_kwargs: Any,
+    ) -> None:
+        """:meth:`~comlrl.trainers.core.trainer.MultiAgentTrainerBase.train` (same keywords), after resolving
+        the reward model's source: a missing ``reward_model_name`` is an error before anything loads."""
+        self.reward_model_source = resolve_reward_model_source(self.args.reward_model_name, self.actor_names)
+        super().train(
+            resume_from_checkpoint, checkpoint_dir, checkpoint_interval, checkpoint_total_limit, **generation_kwargs
+        )
 
     # ------------------------------------------------------------------------------------ learning
     def learn_from_pairs(

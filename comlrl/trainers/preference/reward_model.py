@@ -287,7 +287,9 @@ class JointRewardModel(nn.Module):
 
     Args:
         backbone: a transformers model; for a causal LM only its base model runs (no vocabulary logits).
-        tokenizer: the backbone's tokenizer (its pad id fills padding; real tokens come from the mask).
+        tokenizer: the backbone's tokenizer (its pad id fills padding; real tokens come from the mask). None
+            (the public ``JointRewardModel(backbone)``) gives a model that scores token ids (``forward``,
+            ``score_ids``; padding id 0, right padding) and refuses to encode text.
         seed: seeds the head's initialisation when ``head`` is None.
         head: an existing ``Linear(hidden, 1)`` head (e.g. when loading); None makes a fresh one.
         max_length: ``reward_max_length``, the token budget of a joint text (None: the backbone's
@@ -301,7 +303,7 @@ class JointRewardModel(nn.Module):
     def __init__(
         self,
         backbone: nn.Module,
-        tokenizer: Any,
+        tokenizer: Any = None,
         *,
         seed: int = 0,
         head: nn.Linear | None = None,
@@ -313,6 +315,8 @@ class JointRewardModel(nn.Module):
         source: str | None = None,
     ) -> None:
         super().__init__()
+        if isinstance(tokenizer, bool):  # the public JointRewardModel(backbone, freeze_backbone) order
+            raise TypeError(f"`tokenizer` must be a tokenizer or None, got {tokenizer!r}: pass freeze_backbone=...")
         if max_length is not None and (not isinstance(max_length, int) or max_length < 1):
             raise ValueError(f"`reward_max_length` must be None or an int >= 1, got {max_length!r}")
         self.backbone = backbone
@@ -394,6 +398,11 @@ class JointRewardModel(nn.Module):
     def _ids(self, texts: Sequence[str]) -> list[list[int]]:
         if not texts:
             return []
+        if self.tokenizer is None:
+            raise ValueError(
+                "this JointRewardModel has no `tokenizer`, so it cannot encode text: build it with "
+                "JointRewardModel(backbone, tokenizer) or JointRewardModel.from_source(...)"
+            )
         return [list(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
 
     def _label(self, kind: str, agent: int) -> list[int]:
@@ -537,7 +546,8 @@ class JointRewardModel(nn.Module):
         tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
         try:
             self.backbone.save_pretrained(tmp / BACKBONE_DIR)
-            self.tokenizer.save_pretrained(tmp / BACKBONE_DIR)
+            if self.tokenizer is not None:
+                self.tokenizer.save_pretrained(tmp / BACKBONE_DIR)
             weight = self.head.weight.detach().to("cpu", torch.float32).contiguous()
             atomic_write_bytes(tmp / HEAD_FILE, save_tensors({"weight": weight}))
             atomic_write_json(tmp / CONFIG_FILE, self.options())
@@ -568,7 +578,8 @@ class JointRewardModel(nn.Module):
             )
         loader = AutoModel if options["backbone_kind"] == "base" else AutoModelForCausalLM
         backbone = loader.from_pretrained(directory / BACKBONE_DIR, dtype=dtype or torch.float32).to(device)
-        tokenizer = AutoTokenizer.from_pretrained(directory / BACKBONE_DIR)
+        saved_tokenizer = (directory / BACKBONE_DIR / "tokenizer_config.json").is_file()
+        tokenizer = AutoTokenizer.from_pretrained(directory / BACKBONE_DIR) if saved_tokenizer else None
         head = nn.Linear(options["hidden_size"], 1, bias=False, dtype=torch.float32)
         with torch.no_grad():
             head.weight.copy_(load_file(str(directory / HEAD_FILE))["weight"])
