@@ -10,6 +10,8 @@
     pettingllms dataprocess {sudoku-bank,demos,code,math,search} ...
     pettingllms show RUN_DIR [--stage NAME] [--episode N] [--html PATH]
 
+Every command takes ``--import MODULE`` (repeatable, anywhere on the line): your own module, imported first
+(an environment, agents, scripted policies it registers); a config's ``imports: [...]`` does the same.
 CONFIG is a YAML file or a shipped config named ``<env>/<name>`` (``plan_path/L1``, ``plan_path/quickstart``;
 ``pettingllms configs`` lists them). Also reachable as ``python -m pettingllms ...``. Bad input (a config,
 override, model, data path or argument) exits with status 2 and a one-line error naming it (no traceback),
@@ -25,7 +27,15 @@ import sys
 from collections.abc import Sequence
 
 from pettingllms.scripts import help_text
-from pettingllms.scripts.guard import EXIT_INTERRUPTED, EXIT_USAGE, UsageError, UsageParser, run_guarded
+from pettingllms.scripts.guard import (
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    UsageError,
+    UsageParser,
+    add_import_argument,
+    run_guarded,
+    take_imports,
+)
 
 __all__ = [
     "EXIT_INTERRUPTED",
@@ -91,11 +101,13 @@ def _resources(text: str) -> dict[str, float]:
 def plan(args: argparse.Namespace) -> int:
     """``pettingllms plan``: the placement and the memory per device; exit 2 and one line when it does not fit."""
     from pettingllms.config import load_config, validate_config
+    from pettingllms.contract import check_command
     from pettingllms.workers.memory import plan_run
     from pettingllms.workers.placement import PlacementError
 
-    config = load_config(args.config, list(args.overrides))
+    config = load_config(args.config, list(args.overrides), getattr(args, "imports", ()))
     validate_config(config)
+    check_command(config, "plan")  # a declared random policy can play (pettingllms.contract)
     kind = "gpu" if str(config["model"]["device"]).startswith("cuda") else "cpu"
     capacity = None if args.device_memory is None else {kind: int(args.device_memory * 2**30)}
     try:
@@ -178,11 +190,16 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     ):
         commands[name] = sub.add_parser(name, help=text, description=text)
         commands[name].set_defaults(handler=handler)
+    for command in (parser, *commands.values()):
+        add_import_argument(command)
     return parser, commands
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    # The user's modules first (`--import MODULE`, anywhere on the line): they may register what the rest names.
+    status, imports, argv = take_imports(list(sys.argv[1:] if argv is None else argv))
+    if status:
+        return status
     parser, commands = build_parser()
     if argv and argv[0] in ("train", "eval", "plan"):
         # Overrides may come before or after the options (`eval CONFIG --checkpoint DIR key=value`).
@@ -190,6 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = command.parse_intermixed_args(argv[1:])
     else:
         args = parser.parse_args(argv)
+    args.imports = imports
     return run_guarded(args.handler, args)
 
 

@@ -378,6 +378,7 @@ class Pipeline:
             remove_stale_temporaries(self.run_dir)
             config_path = self.run_dir / RESOLVED_CONFIG_FILE
             saved = load_yaml_file(config_path)
+            saved.setdefault("imports", [])  # a run saved before configs had `imports` imported none
             changed = config_differences(saved, self.config, ignore=RUN_SWITCHES)
             if changed:
                 raise ConfigError(
@@ -551,8 +552,9 @@ class Pipeline:
     def summary(self, result: PipelineResult) -> str:
         """The closing lines: success before / after, where the policies and plots are."""
         section = self.config["eval"]
+        evals = [result.stages[folder] for stage, folder in self.plan if stage == "eval" and folder in result.stages]
         what = (
-            f"{section['num_instances']} held-out instances x {section['num_samples']} sample(s), "
+            f"{_instance_count(section, evals[-1] if evals else {})} held-out instances x {section['num_samples']} sample(s), "
             f"{'greedy' if section['temperature'] == 0 else 'temperature ' + str(section['temperature'])}"
         )
         lines = []
@@ -580,13 +582,18 @@ def _training_rollouts(stage: str, config: Mapping[str, Any]) -> str:
     )
 
 
+def _instance_count(section: Mapping[str, Any], metrics: Mapping[str, float]) -> Any:
+    """How many instances an eval played: its metrics' count (``eval.num_instances: null`` is a whole split)."""
+    return int(metrics["num_problems"]) if "num_problems" in metrics else section["num_instances"]
+
+
 def _describe(stage: str, metrics: Mapping[str, float], config: Mapping[str, Any]) -> str:
     if stage == "eval":
         section = config["eval"]
         samples = int(section["num_samples"])
         how = "greedy" if section["temperature"] == 0 else f"temperature {section['temperature']}"
         line = (
-            f"success {metrics['success_rate']:.3f} on {section['num_instances']} held-out instances x "
+            f"success {metrics['success_rate']:.3f} on {_instance_count(section, metrics)} held-out instances x "
             f"{samples} sample{'s' * (samples != 1)}, {how}"
         )
         if samples > 1 and f"pass@{samples}" in metrics:

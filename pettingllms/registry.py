@@ -72,17 +72,29 @@ An entry whose module needs an optional dependency is registered by import path,
 only when used and a missing dependency names its install hint::
 
     register_env("web", "my_pkg.web_env:WebEnv", install_hint="pip install my-pkg[browser]")
+
+An installed distribution registers its environments with no config line through the ``pettingllms.envs``
+entry-point group (in its ``pyproject.toml``)::
+
+    [project.entry-points."pettingllms.envs"]
+    relay = "my_team.relay"              # a module: importing it registers what it registers
+    # relay = "my_team.relay:RelayEnv"   # or an environment class, registered under the entry point's name
+
+The group is read once per process, the first time a name is not found or the names are listed; an entry
+point that fails to load is a :class:`RegistryError` naming it and its distribution.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
     "AGENTS",
+    "ENTRY_POINT_GROUP",
     "ENVS",
     "WORKERS",
     "Registry",
@@ -128,8 +140,39 @@ def _split_path(path: str) -> tuple[str, str]:
     return module, attr
 
 
+#: Installed distributions register environments (a module, or ``"module:EnvClass"``) under this group.
+ENTRY_POINT_GROUP = "pettingllms.envs"
+_entry_points_loaded = False
+
+
+def load_entry_points() -> None:
+    """Load every ``pettingllms.envs`` entry point once per process: a module is imported (it registers
+    its own names), a class is registered as an environment under the entry point's name. A failure is a
+    RegistryError naming the entry point and its distribution."""
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True  # first: an entry point's own lookups must not load the group again
+    for point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        owner = f"{point.dist.name} {point.dist.version}" if point.dist is not None else "an unknown distribution"
+        try:
+            loaded = point.load()
+        except Exception as error:  # an installed package's code: name it, in one line
+            _entry_points_loaded = False  # the next lookup says so again rather than go on without it
+            detail = " ".join(str(error).split())
+            raise RegistryError(
+                f"entry point {point.name!r} = {point.value!r} (group {ENTRY_POINT_GROUP}, {owner}) failed to load: "
+                f"{type(error).__name__}: {detail}"
+            ) from error
+        if isinstance(loaded, type) and point.name not in ENVS:
+            ENVS.register(point.name, loaded)
+
+
 class Registry:
-    """Names of one kind (``"env"``, ``"agent"``, ``"worker"``) mapped to objects or import paths."""
+    """Names of one kind (``"env"``, ``"agent"``, ``"worker"``) mapped to objects or import paths.
+
+    A name not found, and the list of names, first load the installed entry points
+    (:func:`load_entry_points`)."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -166,9 +209,12 @@ class Registry:
         del self._entries[name]
 
     def names(self) -> list[str]:
+        load_entry_points()
         return sorted(self._entries)
 
     def __contains__(self, name: object) -> bool:
+        if name not in self._entries:
+            load_entry_points()
         return name in self._entries
 
     def _unknown(self, name: str) -> RegistryError:
@@ -177,6 +223,9 @@ class Registry:
     def get(self, name: str) -> Any:
         """The registered object, importing a lazy entry on first use."""
         entry = self._entries.get(name)
+        if entry is None:
+            load_entry_points()
+            entry = self._entries.get(name)
         if entry is None:
             raise self._unknown(name)
         if not entry.lazy:

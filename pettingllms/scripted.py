@@ -10,7 +10,13 @@ parser, step and rewards run unchanged:
 
 Each environment names the scripted policies it can be played by in its ``scripted_policies`` (the games:
 ``oracle`` and ``random``); :func:`make_scripted_policy` builds one by that name, as
-``pettingllms eval CONFIG --policy scripted:NAME`` does.
+``pettingllms eval CONFIG --policy scripted:NAME`` does. The protocol, for a policy of your own: an entry
+``{NAME: "package.module:Factory"}``, where ``Factory()`` (no arguments) builds an object whose
+``respond(agent, env) -> str`` answers ``agent``'s current prompt (``update_from_env`` just built it from
+``env.state``) with the text a model would write. ``oracle`` plays the ``sft`` warm start and ``eval --policy
+oracle``, ``random`` ``eval --policy random`` and ``pettingllms plan``; the generic :class:`OraclePolicy` and
+:class:`RandomPolicy` need the environment's ``oracle_answer`` / ``random_answer`` and every agent's
+``format_response`` (:mod:`pettingllms.contract` checks all of it before a run).
 
 :func:`play_episode` is the plain sequential loop (one instance, one agent at a time); the batched,
 tree-sampling engine lives in :mod:`pettingllms.execution`.
@@ -137,9 +143,13 @@ def make_scripted_policy(env: BaseEnv | type[BaseEnv], name: str) -> ScriptedPol
     ValueError listing the ones it has."""
     declared = env.scripted_policies
     if name not in declared:
+        from comlrl.trainers.core.validation import closest_name
+
         env_name = env.name or (env.__name__ if isinstance(env, type) else type(env).__name__)
         have = ", ".join(sorted(declared)) or "none"
-        raise ValueError(f"environment {env_name!r} has no scripted policy {name!r}; it has: {have}")
+        close = closest_name(name, declared)
+        guess = f"did you mean {close!r}? " if close else ""
+        raise ValueError(f"environment {env_name!r} has no scripted policy {name!r}; {guess}it has: {have}")
     module, _, attribute = declared[name].partition(":")
     return getattr(importlib.import_module(module), attribute)()
 

@@ -4,6 +4,7 @@ A config is a plain nested dict with the sections of ``defaults.yaml`` (``run``,
 ``policy``, ``rollout``, ``pipeline`` and one section per stage). :func:`load_config` builds it in
 this order:
 
+0. the user's modules (``imports``, :mod:`pettingllms.config.imports`), so the names below may be theirs;
 1. ``defaults.yaml`` (next to this file): the schema, i.e. every known key with its default;
 2. the ``env`` section is completed with every field of the named environment's config class, at its
    default (so the resolved config written into a run folder holds every setting that was used);
@@ -44,6 +45,7 @@ from comlrl.atomic_io import atomic_write_text
 from comlrl.trainers.core.validation import closest_name
 from pettingllms.config.env_section import ENV_KEYS, STAGE_SET_ENV_FIELDS, env_arguments
 from pettingllms.config.errors import ConfigError
+from pettingllms.config.imports import IMPORTS_KEY, check_module_names, import_modules, merged_imports
 from pettingllms.config.stage_sections import (
     CONFIG_STAGES,
     PIPELINE_OWNED_FIELDS,
@@ -138,12 +140,18 @@ def _nullable(path: tuple[str, ...]) -> bool:
     return len(path) == 2 and path[0] == "env" and path[1] in _optional_env_fields()
 
 
-@functools.lru_cache(maxsize=1)
 def _optional_env_fields() -> frozenset[str]:
-    from pettingllms.registry import get_env_class, list_envs
+    from pettingllms.registry import list_envs
+
+    return _optional_fields_of(tuple(list_envs()))  # keyed by the names: a user's import adds environments
+
+
+@functools.lru_cache(maxsize=4)
+def _optional_fields_of(env_names: tuple[str, ...]) -> frozenset[str]:
+    from pettingllms.registry import get_env_class
 
     names = set()
-    for env_name in list_envs():
+    for env_name in env_names:
         config_class = getattr(get_env_class(env_name), "config_class", None)
         if dataclasses.is_dataclass(config_class):
             names.update(f.name for f in dataclasses.fields(config_class) if "None" in str(f.type))
@@ -391,17 +399,26 @@ def env_field_defaults(env_name: str) -> dict[str, Any]:
     return out
 
 
-def load_config(path: str | Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
+def load_config(path: str | Path, overrides: Sequence[str] = (), imports: Sequence[str] = ()) -> dict[str, Any]:
     """The resolved config of ``path`` (file or ``"<env>/<level>"``) with ``overrides`` applied.
 
-    Keys and types are checked at every step (see the module docstring); cross-key checks are
-    :func:`validate_config`'s.
+    The user's modules (``imports`` of every file of the chain, of an ``imports=[...]`` override, and
+    ``imports``: the command line's ``--import``) are imported first, so ``env.name`` may name what they
+    register (:mod:`pettingllms.config.imports`); the resolved ``imports`` lists them all. Keys and types are
+    checked at every step (see the module docstring); cross-key checks are :func:`validate_config`'s.
     """
     path = find_config(path)
     defaults = load_yaml_file(DEFAULTS_FILE)
     open_paths = open_paths_of(defaults)
     chain = read_chain(path)
     parsed = [parse_override(o) for o in overrides]
+    modules = merged_imports(
+        *(check_module_names(data.pop(IMPORTS_KEY, None), f"`{IMPORTS_KEY}` ({file})") for file, data in chain),
+        *(check_module_names(value, f"`{IMPORTS_KEY}` (override)") for keys, value in parsed if keys == (IMPORTS_KEY,)),
+        check_module_names(list(imports), "`--import`"),
+    )
+    import_modules(modules)
+    parsed = [(keys, value) for keys, value in parsed if keys != (IMPORTS_KEY,)]
 
     env_name = defaults.get("env", {}).get("name")
     for _, data in chain:
@@ -426,6 +443,7 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> dict[str, An
         config = merge_checked(config, data, open_paths, where=str(file))
     for keys, value in parsed:
         apply_override(config, keys, value, open_paths)
+    config[IMPORTS_KEY] = modules
     return config
 
 
@@ -484,7 +502,8 @@ def section_to_dataclass(cls: type, mapping: Mapping[str, Any] | None, section_n
 # ---- cross-key checks ------------------------------------------------------------------------------
 
 def validate_config(config: Mapping[str, Any]) -> None:
-    """Checks that span keys: the environment and its agents build, ``policy.agents`` matches the
+    """Checks that span keys: the environment and its agents build and provide what the pipeline's stages
+    need from them (:mod:`pettingllms.contract`), ``policy.agents`` matches the
     turn order and the level, ``run.backend`` / ``placement`` fit the run's policies, stages are known, every stage's seeds fit the split it plays, and no
     training stage plays a held-out eval instance
     (:func:`~pettingllms.stages.instances.check_held_out_instances`)."""
@@ -501,19 +520,27 @@ def validate_config(config: Mapping[str, Any]) -> None:
         normalize_report_to(run["report_to"])
     except ValueError as exc:
         raise ConfigError(f"`run.report_to`: {exc}") from exc
+    from pettingllms.config.extras import check_optional_packages
+
+    check_optional_packages(config)  # tensorboard, wandb, ray, vllm, textworld, alfworld where selected
     if not isinstance(config["model"]["name"], str) or not config["model"]["name"]:
         raise ConfigError(f"`model.name` must be a preset, a local path or a hub id, got {config['model']['name']!r}")
 
+    from pettingllms.contract import check_classes, check_contract
+
     name, fields, options = env_arguments(config)
+    check_classes(name)  # the protocol's methods, named, before building
     try:
         env = make_env(name, fields)
     except (ValueError, TypeError, OSError) as exc:  # OSError: a data file it reads (a Sudoku bank) is missing
         raise ConfigError(f"section `env`: {exc}") from exc
     roles = list(env.config.turn_order)
+    check_classes(name, roles)
     try:
-        make_agents(name, roles, options)
+        agents = make_agents(name, roles, options)
     except (ValueError, TypeError, LookupError) as exc:
         raise ConfigError(f"`env.tools` / `env.agent_options` / `env.turn_order`: {exc}") from exc
+    check_contract(config, env, agents, config["pipeline"])  # what each stage needs (pettingllms.contract)
 
     policy = config["policy"]
     level, agents = policy["level"], policy["agents"]

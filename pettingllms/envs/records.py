@@ -7,20 +7,23 @@ line of a normalised JSONL file, and which split the seeds index.
   the path and the line (a missing file names the ``pettingllms dataprocess`` command that makes it).
 - :func:`played_split`: ``train_split`` when a training stage built the environment (``purpose``), else
   ``split``.
+- :func:`problem_key`: what makes two records the same problem whatever split they were filed under, for the
+  check that training never plays an evaluation problem (:mod:`pettingllms.stages.instances`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from comlrl.atomic_io import atomic_write_text
 
-__all__ = ["played_split", "read_records", "record_from_json", "write_records"]
+__all__ = ["ProblemKey", "native_id", "played_split", "problem_key", "read_records", "record_from_json", "write_records"]
 
 RecordT = TypeVar("RecordT")
 
@@ -72,3 +75,25 @@ def played_split(config: Any) -> str:
         assert config.train_split is not None
         return config.train_split
     return config.split
+
+
+def native_id(problem_id: str, split: str) -> str:
+    """``problem_id`` without the split it carries: APPS, GSM8K and POLARIS number each split from 0, so their
+    ids hold it (``apps/train/4000`` -> ``apps/4000``); other ids are the dataset's own and come back as they are."""
+    return problem_id.replace(f"/{split}/", "/", 1)
+
+
+class ProblemKey(NamedTuple):
+    """A problem whatever split it was filed under: its native id and a digest of its statement."""
+
+    native_id: str
+    statement: str
+
+
+def problem_key(problem_id: str, split: str, statement: str) -> ProblemKey:
+    """The :class:`ProblemKey` of a record. Two records are the same problem when both parts agree: one file
+    normalised twice under two split labels gives the same key, while APPS's ``train/4000`` and ``test/4000``
+    (different problems under the same number) differ in their statements. The statement is compared with
+    its whitespace collapsed."""
+    text = " ".join(statement.split())
+    return ProblemKey(native_id(problem_id, split), hashlib.sha256(text.encode("utf-8")).hexdigest()[:16])

@@ -107,6 +107,22 @@ class _Capture:
         return self.data.decode("utf-8", errors="replace")
 
 
+def _unreachable(path: str) -> str | None:
+    """Why another user cannot reach ``path``'s file, where a folder on the way (a symlink followed) bars them;
+    else None. The launcher would only report "No such file": the sandbox view binds what it may read."""
+    real = os.path.realpath(path)
+    parts = os.path.dirname(real).split(os.sep)[1:]
+    for folder in (os.sep + os.sep.join(parts[:depth]) for depth in range(1, len(parts) + 1)):
+        try:
+            mode = os.stat(folder).st_mode
+        except OSError:  # a missing folder: the launcher's own reason says so
+            return None
+        if not mode & 0o001:  # no search (x) bit for others
+            link = f"a symlink to {real}, " if real != os.path.abspath(path) else ""
+            return f"{link}inside {folder}, which other users cannot enter (mode {mode & 0o777:o})"
+    return None
+
+
 def _view_plan(python: str, python_args: tuple[str, ...]) -> dict:
     """The file-system view a run of ``python`` gets (see ``rootfs.py``); cached per process."""
     key = (python, tuple(python_args))
@@ -424,7 +440,7 @@ class SandboxPool:
             if final is not None and final.get("kind") == "exit" and final.get("code") == 0:
                 if python != candidates[0]:
                     logger.warning("sandbox: %s cannot run %r (%s); using %r", who, candidates[0],
-                                   reasons[0], python)
+                                   _unreachable(candidates[0]) or reasons[0], python)
                 return python
             if final is None:
                 reason = f"no status from the launcher; stderr: {stderr[-500:]!r}"
@@ -436,7 +452,7 @@ class SandboxPool:
         hidden = (" (the sandbox's /tmp is its own scratch: an interpreter under /tmp is out of its sight)"
                   if self._namespaces["mount"] and candidates[0].startswith("/tmp/") else "")
         raise SandboxError(
-            f"{who} cannot execute the interpreter {candidates[0]!r} ({reasons[0]}){hidden}"
+            f"{who} cannot execute the interpreter {candidates[0]!r} ({_unreachable(candidates[0]) or reasons[0]}){hidden}"
             + (f"; fallback {candidates[1]!r} failed too ({reasons[1]})" if len(candidates) > 1 else "")
             + ". Set SandboxConfig.python to an interpreter every user can read and execute, e.g. "
             "/usr/bin/python3 (a Python under /root, such as pyenv's, is unreachable to other users)."

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -99,14 +100,16 @@ def write_sudoku_bank(size: int, count: int, output: str | Path | None = None, f
     return target
 
 
-def write_demonstrations(config: str, output: str | Path, overrides: Sequence[str] = ()) -> dict[str, int]:
+def write_demonstrations(
+    config: str, output: str | Path, overrides: Sequence[str] = (), imports: Sequence[str] = ()
+) -> dict[str, int]:
     """The ``sft`` stage's oracle demonstrations (:func:`pettingllms.stages.sft.sft_demonstrations`) as JSONL;
     returns the count per role."""
     from comlrl.atomic_io import atomic_write_text
     from pettingllms.config import load_config, validate_config
     from pettingllms.stages.sft import sft_demonstrations
 
-    resolved = load_config(config, list(overrides))
+    resolved = load_config(config, list(overrides), imports)
     validate_config(resolved)
     demos = sft_demonstrations(resolved, progress=True)
     lines = [
@@ -235,21 +238,27 @@ def run(args: argparse.Namespace) -> int:
     elif args.what == "search":
         _search(args)
     else:
-        counts = write_demonstrations(args.config, args.output, args.overrides)
+        counts = write_demonstrations(args.config, args.output, args.overrides, getattr(args, "imports", ()))
         print(f"wrote {sum(counts.values())} demonstrations ({counts}) to {args.output}")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from pettingllms.scripts import help_text
-    from pettingllms.scripts.guard import UsageParser, run_guarded
+    from pettingllms.scripts.guard import UsageParser, add_import_argument, run_guarded, take_imports
 
+    status, imports, argv = take_imports(list(sys.argv[1:] if argv is None else argv))
+    if status:
+        return status
     parser = UsageParser(
         prog="python -m pettingllms.scripts.dataprocess", description=help_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_arguments(parser)
-    return run_guarded(run, parser.parse_args(argv))
+    add_import_argument(parser)
+    args = parser.parse_args(argv)
+    args.imports = imports
+    return run_guarded(run, args)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,9 +151,13 @@ def scripted_policy_name(spec: str) -> str:
         return spec[len(SCRIPTED_PREFIX):]
     if spec in SHORT_SCRIPTED:
         return spec
+    from comlrl.trainers.core.validation import closest_name
+
+    close = closest_name(spec, [*SHORT_SCRIPTED, API_POLICY])
+    guess = f"did you mean {close!r}? " if close else ""
     raise UsageError(
-        f"`--policy` {spec!r}: expected {', '.join(SHORT_SCRIPTED)} or {SCRIPTED_PREFIX}NAME (a scripted "
-        "policy of the environment); saved policies are evaluated with --checkpoint DIR"
+        f"`--policy` {spec!r}: {guess}expected {', '.join(SHORT_SCRIPTED)}, {API_POLICY} or {SCRIPTED_PREFIX}NAME "
+        "(a scripted policy of the environment); saved policies are evaluated with --checkpoint DIR"
     )
 
 
@@ -168,17 +173,19 @@ class _Target:
     run_dir: Path | None = None
 
 
-def _load(config: str | Path, overrides: Sequence[str]) -> dict[str, Any]:
+def _load(config: str | Path, overrides: Sequence[str], imports: Sequence[str] = ()) -> dict[str, Any]:
     from pettingllms.config import load_config, validate_config
 
-    resolved = load_config(config, list(overrides))
-    # Evaluation plays the eval section alone: the training stages' seeds (a dataset's train split, which
-    # need not even exist here) are not this command's business.
-    validate_config({**resolved, "pipeline": ["eval"]})
+    resolved = load_config(config, list(overrides), imports)
+    # Evaluation plays the eval section alone, in this process, reporting to no tracker: the training stages'
+    # seeds (a dataset's train split, which need not even exist here), `run.report_to` and `run.backend` (and
+    # the packages they need) are not this command's business.
+    run = {**resolved["run"], "report_to": "none", "backend": "local"}
+    validate_config({**resolved, "pipeline": ["eval"], "run": run})
     return resolved
 
 
-def _checkpoint_target(config: str | None, checkpoint: Path, overrides: Sequence[str]) -> _Target:
+def _checkpoint_target(config: str | None, checkpoint: Path, overrides: Sequence[str], imports: Sequence[str]) -> _Target:
     from comlrl.policy import read_layout
     from pettingllms.config.loader import RESOLVED_CONFIG_FILE
 
@@ -193,10 +200,10 @@ def _checkpoint_target(config: str | None, checkpoint: Path, overrides: Sequence
             )
         # run.progress is a switch of the command that made the run, not a setting of its evaluation.
         run_config = run_dir / RESOLVED_CONFIG_FILE
-        resolved = _load(run_config, ["run.progress=true", *overrides])
+        resolved = _load(run_config, ["run.progress=true", *overrides], imports)
         name = str(run_config)
     else:
-        resolved = _load(config, overrides)
+        resolved = _load(config, overrides, imports)
         name = str(config)
         if run_dir is not None:
             _check_against_run(resolved, overrides, name, run_dir)
@@ -250,25 +257,29 @@ def _check_layout(layout: Mapping[str, Any], config: Mapping[str, Any], folder: 
         )
 
 
-def _api_target(config: str | None, overrides: Sequence[str]) -> _Target:
+def _api_target(config: str | None, overrides: Sequence[str], imports: Sequence[str]) -> _Target:
     if config is None:
         raise UsageError(
             "`--policy api` needs a CONFIG (the environment and instances to play), e.g. pettingllms eval "
             "plan_path/L1 --policy api rollout.api_url=URL rollout.api_model=NAME"
         )
-    resolved = _load(config, [*overrides, "rollout.backend=api"])
+    resolved = _load(config, [*overrides, "rollout.backend=api"], imports)
     name = f"{API_POLICY}:{resolved['rollout']['api_model'] or resolved['rollout']['api_url']}"
     return _Target(resolved, str(config), name, scripted=API_POLICY)
 
 
-def _scripted_target(config: str | None, spec: str, overrides: Sequence[str]) -> _Target:
+def _scripted_target(config: str | None, spec: str, overrides: Sequence[str], imports: Sequence[str]) -> _Target:
     name = scripted_policy_name(spec)
     if config is None:
         raise UsageError(
             f"`--policy {spec}` needs a CONFIG (the environment and instances to play), e.g. "
             f"pettingllms eval plan_path/L1 --policy {spec}"
         )
-    return _Target(_load(config, overrides), str(config), f"{SCRIPTED_PREFIX}{name}", scripted=name)
+    from pettingllms.contract import check_command
+
+    resolved = _load(config, overrides, imports)
+    check_command(resolved, "eval", name, spec)  # the policy is declared and can play (pettingllms.contract)
+    return _Target(resolved, str(config), f"{SCRIPTED_PREFIX}{name}", scripted=name)
 
 
 # ---- the evaluation --------------------------------------------------------------------------------
@@ -281,10 +292,12 @@ def evaluate(
     policy: str | None = None,
     overrides: Sequence[str] = (),
     output: str | Path | None = None,
+    imports: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Evaluate saved policies (``checkpoint``) or a scripted ``policy`` on the held-out instances of
     ``config`` (optional for a checkpoint in a run: the run's config), write the JSON report (returned,
-    with ``output``: where it went; see the module docstring)."""
+    with ``output``: where it went; see the module docstring). ``imports``: the user's modules to import
+    first (``--import``; the config's own ``imports`` are imported too)."""
     from comlrl.atomic_io import atomic_write_json
     from pettingllms.stages.context import make_env_worker
     from pettingllms.stages.eval import evaluate_policy, scripted_router
@@ -296,11 +309,11 @@ def evaluate(
             f"NAME (oracle, random, scripted:NAME); {both}"
         )
     if checkpoint is not None:
-        target = _checkpoint_target(None if config is None else str(config), Path(checkpoint), overrides)
+        target = _checkpoint_target(None if config is None else str(config), Path(checkpoint), overrides, imports)
     elif policy == API_POLICY:
-        target = _api_target(None if config is None else str(config), overrides)
+        target = _api_target(None if config is None else str(config), overrides, imports)
     else:
-        target = _scripted_target(None if config is None else str(config), str(policy), overrides)
+        target = _scripted_target(None if config is None else str(config), str(policy), overrides, imports)
     resolved = target.config
     home = target.run_dir if target.run_dir is not None else Path(resolved["run"]["output_dir"])
     destination = Path(output) if output is not None else home / REPORT_FILE
@@ -354,7 +367,10 @@ def run(args: argparse.Namespace) -> int:
     config, overrides = _positionals(args.config, args.overrides)
     if args.no_progress:
         overrides.append("run.progress=false")
-    report = evaluate(config, checkpoint=args.checkpoint, policy=args.policy, overrides=overrides, output=args.output)
+    report = evaluate(
+        config, checkpoint=args.checkpoint, policy=args.policy, overrides=overrides, output=args.output,
+        imports=getattr(args, "imports", ()),
+    )
     written = f" | transcripts {report['transcripts']}" if "transcripts" in report else ""
     print(f"{eval_summary(report)} | report {report['output']}{written}")
     return 0
@@ -362,14 +378,20 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from pettingllms.scripts import help_text
-    from pettingllms.scripts.guard import UsageParser, run_guarded
+    from pettingllms.scripts.guard import UsageParser, add_import_argument, run_guarded, take_imports
 
+    status, imports, argv = take_imports(list(sys.argv[1:] if argv is None else argv))
+    if status:
+        return status
     parser = UsageParser(
         prog="python -m pettingllms.scripts.evaluate", description=help_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_arguments(parser)
-    return run_guarded(run, parser.parse_intermixed_args(argv))
+    add_import_argument(parser)
+    args = parser.parse_intermixed_args(argv)
+    args.imports = imports
+    return run_guarded(run, args)
 
 
 if __name__ == "__main__":

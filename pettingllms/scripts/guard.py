@@ -7,9 +7,25 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-__all__ = ["EXIT_INTERRUPTED", "EXIT_USAGE", "UsageError", "UsageParser", "one_line", "run_guarded", "user_errors"]
+__all__ = [
+    "EXIT_INTERRUPTED",
+    "EXIT_USAGE",
+    "IMPORT_HELP",
+    "UsageError",
+    "UsageParser",
+    "add_import_argument",
+    "one_line",
+    "run_guarded",
+    "take_imports",
+    "user_errors",
+]
+
+IMPORT_HELP = (
+    "import this module of yours first (repeatable), e.g. the package that registers your environment; "
+    "also a config's imports: [...]"
+)
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -58,3 +74,25 @@ def run_guarded(handler: Callable[[argparse.Namespace], int], args: argparse.Nam
             raise
         print(f"pettingllms: error: {one_line(error)}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def add_import_argument(parser: argparse.ArgumentParser) -> None:
+    """``--import MODULE`` in ``parser``'s help. :func:`take_imports` takes the flags out of the command line
+    before any parser runs, wherever they stand, so this entry only documents them."""
+    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE", help=IMPORT_HELP)
+
+
+def take_imports(argv: Sequence[str]) -> tuple[int, list[str], list[str]]:
+    """``(0, modules, the other arguments)`` once every ``--import MODULE`` of ``argv`` is imported; a module
+    that fails to import is one line on stderr and ``(2, [], [])``."""
+    from pettingllms.config.imports import import_modules, split_import_flags
+
+    taken: list[tuple[list[str], list[str]]] = []
+
+    def load(_: argparse.Namespace) -> int:
+        modules, rest = split_import_flags(argv)
+        taken.append((import_modules(modules, "`--import`"), rest))
+        return 0
+
+    status = run_guarded(load, argparse.Namespace())
+    return (status, *taken[0]) if taken else (status, [], [])

@@ -26,6 +26,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -107,6 +108,7 @@ def select_episode(run_dir: str | Path, stage: str | None = None, episode: int |
 def run(args: argparse.Namespace) -> int:
     from comlrl.atomic_io import atomic_write_text
     from pettingllms.viewer import episode_html, episode_text
+    from pettingllms.viewer.browser import SHARED_FILE_MODE
 
     try:
         chosen = select_episode(args.run_dir, args.stage, args.episode)
@@ -120,20 +122,27 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"`--html` {args.html} is a folder; give the page's file name, e.g. {args.html / 'episode.html'}")
     args.html.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(args.html, episode_html(chosen))
+    args.html.chmod(SHARED_FILE_MODE)  # a page to share or serve: readable by others, as `cp` would make it
     print(f"episode {chosen.index} of stage {chosen.stage} ({chosen.label()}: {chosen.outcome()}) -> {args.html}")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from pettingllms.scripts import help_text
-    from pettingllms.scripts.guard import UsageParser, run_guarded
+    from pettingllms.scripts.guard import UsageParser, add_import_argument, run_guarded, take_imports
 
+    status, imports, argv = take_imports(list(sys.argv[1:] if argv is None else argv))
+    if status:
+        return status
     parser = UsageParser(
         prog="python -m pettingllms.scripts.show", description=help_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_arguments(parser)
-    return run_guarded(run, parser.parse_args(argv))
+    add_import_argument(parser)
+    args = parser.parse_args(argv)
+    args.imports = imports
+    return run_guarded(run, args)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ made. A folder holding a run with finished stages is continued with ``--resume``
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 
 from pettingllms.scripts import quiet_model_io
@@ -30,12 +31,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bars or per-step table")
 
 
-def train(config: str, overrides: Sequence[str] = ()):
-    """Load ``config`` with ``overrides`` and run its pipeline; returns the :class:`~pettingllms.pipeline.PipelineResult`."""
+def train(config: str, overrides: Sequence[str] = (), imports: Sequence[str] = ()):
+    """Load ``config`` with ``overrides`` (after importing the user's modules ``imports`` and the config's own)
+    and run its pipeline; returns the :class:`~pettingllms.pipeline.PipelineResult`."""
     from pettingllms.config import load_config
     from pettingllms.pipeline import Pipeline
 
-    return Pipeline(load_config(config, list(overrides))).run()
+    return Pipeline(load_config(config, list(overrides), imports)).run()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,20 +46,26 @@ def run(args: argparse.Namespace) -> int:
     for flag, key in (("resume", "run.resume=true"), ("overwrite", "run.overwrite=true"), ("no_progress", "run.progress=false")):
         if getattr(args, flag):
             overrides.append(key)
-    train(args.config, overrides)
+    train(args.config, overrides, getattr(args, "imports", ()))
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from pettingllms.scripts import help_text
-    from pettingllms.scripts.guard import UsageParser, run_guarded
+    from pettingllms.scripts.guard import UsageParser, add_import_argument, run_guarded, take_imports
 
+    status, imports, argv = take_imports(list(sys.argv[1:] if argv is None else argv))
+    if status:
+        return status
     parser = UsageParser(
         prog="python -m pettingllms.scripts.train", description=help_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_arguments(parser)
-    return run_guarded(run, parser.parse_intermixed_args(argv))
+    add_import_argument(parser)
+    args = parser.parse_intermixed_args(argv)
+    args.imports = imports
+    return run_guarded(run, args)
 
 
 if __name__ == "__main__":

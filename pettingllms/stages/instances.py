@@ -4,8 +4,11 @@ A seed names an instance. For a generated task (the games, Plan-Path) every seed
 is the instance, so training and evaluation seed ranges must not overlap. A dataset environment's seeds
 index a split instead: the train split when a training stage builds it, the test split for evaluation
 (:attr:`~pettingllms.envs.base.EnvConfig.purpose`). There the same seed names different problems in
-training and evaluation, so the check compares what identifies an instance across purposes
-(:meth:`~pettingllms.envs.base.BaseEnv.instance_id`: a problem id), and every seed a stage plays must lie
+training and evaluation, so the check compares what identifies an instance across purposes: its
+:meth:`~pettingllms.envs.base.BaseEnv.instance_id` (a problem id) and, where the environment has
+``instance_key(seed)``, the problem whatever split it was filed under (the code, math and search datasets:
+the native id and the statement, :func:`~pettingllms.envs.records.problem_key`, so one file normalised as
+two splits is caught though its ids carry the split). Every seed a stage plays must lie
 in its split: ``at_grpo`` / ``grpo`` draw from ``train_seed_range``, which is clamped to the split with a
 note (its default is far larger than a benchmark); ``sft``, ``madpo`` and ``marlhf`` play every seed of
 theirs, and ``eval`` its ``num_instances`` (``null``: the whole split from ``seed_start``), so a seed past
@@ -121,10 +124,27 @@ def played_seeds(config: Mapping[str, Any], stage: str, count: int | None = None
     return seeds
 
 
-def _ids(env: Any, seeds: range, count: int | None) -> set:
+def _identities(env: Any, seeds: range, count: int | None) -> dict[Any, str]:
+    """What identifies each instance of ``seeds`` -> its label: its instance id and, where the environment
+    gives one, its ``instance_key`` (the same problem under another split's id)."""
     if count is None and not hasattr(env, "instance_id"):
-        return set(seeds)
-    return {env.instance_id(seed) for seed in seeds}
+        return {("id", seed): str(seed) for seed in seeds}
+    key_of = getattr(env, "instance_key", None)
+    out: dict[Any, str] = {}
+    for seed in seeds:
+        label = str(env.instance_id(seed))
+        out[("id", label)] = label
+        key = key_of(seed) if key_of is not None else None
+        if key is not None:
+            out[("problem", key)] = label
+    return out
+
+
+def _shared(train: dict[Any, str], held_out: dict[Any, str]) -> list[str]:
+    """The training instances that are evaluation instances, as their labels (``train = eval`` where the two
+    name one problem differently)."""
+    labels = {train[k] if train[k] == held_out[k] else f"{train[k]} = {held_out[k]}" for k in train.keys() & held_out.keys()}
+    return sorted(labels)
 
 
 def check_held_out_instances(config: Mapping[str, Any], stages: Sequence[str] | None = None) -> dict[str, range]:
@@ -163,12 +183,15 @@ def check_held_out_instances(config: Mapping[str, Any], stages: Sequence[str] | 
                 raise ConfigError(f"`{stage}.{SEED_KEYS[stage]}` / `eval.seed_start`: {exc}") from exc
             continue
         if held_out is None:
-            held_out = _ids(eval_env, seeds["eval"], eval_count)
-        shared = sorted(map(str, _ids(train_env, seeds[stage], train_count) & held_out))
+            held_out = _identities(eval_env, seeds["eval"], eval_count)
+        shared = _shared(_identities(train_env, seeds[stage], train_count), held_out)
         if shared:
+            # `a = b`: the same problem (native id and statement) under two split labels, e.g. one file made twice.
+            hint = ("splits made from different problems" if any(" = " in label for label in shared)
+                    else "different splits: `env.train_split` / `env.split`")
             raise ConfigError(
                 f"`{stage}.{SEED_KEYS[stage]}` / `eval.seed_start`: the {stage} instances and the eval instances "
                 f"must be disjoint; both hold {len(shared)} instance(s), e.g. {shared[:3]} (train and evaluate "
-                f"on different splits: `env.train_split` / `env.split`)"
+                f"on {hint})"
             )
     return seeds

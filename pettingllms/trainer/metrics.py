@@ -20,7 +20,7 @@ from pettingllms.agents.failures import failure_counts
 from pettingllms.execution import Sample
 from pettingllms.trainer.grouping import member_table
 
-__all__ = ["StepTable", "UpdateStats", "episode_successes", "mean", "rollout_metrics"]
+__all__ = ["COLUMNS_HINT", "NOTHING_TO_LEARN", "StepTable", "UpdateStats", "episode_successes", "mean", "rollout_metrics"]
 
 
 def mean(values: Sequence[float]) -> float:
@@ -164,9 +164,20 @@ SUCCESS_NOTES = {
 }
 
 
+#: The line printed once under the table's header: what the columns mean, where the legend is.
+COLUMNS_HINT = (
+    "(zero_std: share of groups whose K candidates got one reward, which teach nothing; loss, clip, kl, entropy: "
+    "the update; len: tokens per response; secs: the step; legend: docs/pettingllms.md, \"The step table\")"
+)
+#: Said once, under the first step in which every group had zero reward variance (``frac_reward_zero_std`` 1).
+NOTHING_TO_LEARN = "no group had a reward difference: nothing to learn from at this step"
+
+
 class StepTable:
-    """The per-step table written under the progress bar: a note on the training success and a header
-    once, then one row per logged step (policy metrics averaged over ``policies``).
+    """The per-step table written under the progress bar: a note on the training success, a header and a
+    hint on the columns once (:data:`COLUMNS_HINT`), then one row per logged step (policy metrics averaged over
+    ``policies``), and once, under the first step whose every group had one reward for all its candidates,
+    :data:`NOTHING_TO_LEARN` (its loss is 0: advantages are 0 everywhere).
 
     ``sampling_mode`` and ``num_generations`` (K) are the trainer's: they say what the training success
     column measures (best-of-K in tree mode)."""
@@ -180,6 +191,7 @@ class StepTable:
         self.sampling_mode = sampling_mode
         self.num_generations = num_generations
         self.header_printed = False
+        self.nothing_to_learn_said = False
         success = SUCCESS_NOTES[sampling_mode][0]
         # (header, width) of every column, in row order
         self.columns = [
@@ -188,10 +200,10 @@ class StepTable:
         ]  # fmt: skip
 
     def header_lines(self) -> list[str]:
-        """The note on the training success column, then the column names."""
+        """The note on the training success column, the column names, then the hint on the columns."""
         k = "K" if self.num_generations is None else f"K={self.num_generations}"
         note = SUCCESS_NOTES[self.sampling_mode][1].format(k=k)
-        return [note, " ".join(name.rjust(width) for name, width in self.columns)]
+        return [note, " ".join(name.rjust(width) for name, width in self.columns), COLUMNS_HINT]
 
     def row(self, step: int, metrics: Mapping[str, float]) -> str:
         """One logged step's row."""
@@ -222,3 +234,6 @@ class StepTable:
                 tqdm.write(line)
             self.header_printed = True
         tqdm.write(self.row(step, metrics))
+        if metrics["frac_reward_zero_std"] >= 1.0 and not self.nothing_to_learn_said:
+            tqdm.write(f"step {step}: {NOTHING_TO_LEARN} (said once; the zero_std column shows it for every step)")
+            self.nothing_to_learn_said = True

@@ -29,7 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CHROMIUM_FLAGS", "INSTALL_COMMAND", "ChromiumError", "PageReport", "find_chromium", "load_page"]
+__all__ = ["CHROMIUM_FLAGS", "INSTALL_COMMAND", "SHARED_FILE_MODE", "ChromiumError", "PageReport", "find_chromium", "load_page"]
+
+#: The mode of a written page or screenshot: the atomic write's temporary file is private (0600).
+SHARED_FILE_MODE = 0o644
 
 INSTALL_COMMAND = "apt-get install -y chromium"
 #: Headless, no sandbox (containers run as root), nothing that reaches the network on its own.
@@ -197,6 +200,7 @@ def load_page(
                 report.screenshot = Path(screenshot)
                 report.screenshot.parent.mkdir(parents=True, exist_ok=True)
                 atomic_write_bytes(report.screenshot, base64.b64decode(shot["data"]))
+                report.screenshot.chmod(SHARED_FILE_MODE)  # an image to share: readable by others, as `cp` makes it
             pipe.send("Runtime.evaluate", {"expression": "0"}, session)  # flush events queued before it
             report.errors, report.messages = _errors(pipe.events)
             try:

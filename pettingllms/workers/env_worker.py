@@ -37,12 +37,23 @@ class WorkerBatch:
     model_failures: dict[str, int]
 
 
+def _actor(actor: Any) -> Any:
+    """An actor handle, looked up by name where ``actor`` is one."""
+    if isinstance(actor, str):
+        import ray
+
+        return ray.get_actor(actor)
+    return actor
+
+
 class EnvWorker:
     """Environment stepping for shards of problems.
 
     ``engine_config`` is the run's :class:`~pettingllms.execution.EngineConfig` (as a mapping);
-    ``rollout_actors`` maps each policy to its RolloutWorker actors; ``sandbox`` builds the worker's own
-    code runner (a zero-argument callable returning a SandboxPool, or None when the workflow runs no code).
+    ``rollout_actors`` maps each policy to its RolloutWorker actors (handles, or the actors' names, which the
+    worker looks up: how :class:`~pettingllms.workers.system.RaySystem` passes them); ``sandbox`` builds the worker's own
+    code runner (a zero-argument callable returning a SandboxPool, or None when the workflow runs no code);
+    ``imports`` (a :class:`~pettingllms.config.imports.ModuleImports`) are the user's modules, imported first.
     """
 
     def __init__(
@@ -57,7 +68,10 @@ class EnvWorker:
         agent_options: Mapping[str, Mapping[str, Any]] | None = None,
         sandbox: Any = None,
         torch_threads: int = 1,
+        imports: Any = None,
     ) -> None:
+        if imports is not None:  # first: the environment and its agents may be the user's
+            imports.load()
         from pettingllms.execution import EngineConfig, RolloutEngine
         from pettingllms.execution.router import Router
         from pettingllms.workers.rollout_worker import RemoteBackend
@@ -65,7 +79,7 @@ class EnvWorker:
         torch.set_num_threads(int(torch_threads))
         self.index = index
         self.code_runner = sandbox() if sandbox is not None else None
-        backends = {policy: RemoteBackend(actors, policy) for policy, actors in rollout_actors.items()}
+        backends = {policy: RemoteBackend([_actor(a) for a in actors], policy) for policy, actors in rollout_actors.items()}
         # Snapshots of the transcribed episodes are taken here (the states live here); the driver writes.
         settings = {**engine_config, "write_transcripts": False, "max_infra_failure_rate": 1.0}
         self.engine = RolloutEngine.from_registry(

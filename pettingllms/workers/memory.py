@@ -10,8 +10,8 @@ preset or checkpoint folder; nothing is loaded):
 - trainable parameters ``T``: the whole model (L0, L1, L3) or the LoRA adapters (L2,
   :func:`lora_parameters`);
 - ``P`` prompt tokens: the longest prompt seen while playing a few episodes of the environment with its
-  scripted random policy, half of the answers junk so both feedback paths show up (rendered with the model's
-  tokenizer), plus ``C`` tokens of headroom for a model response quoted in a later prompt; environments
+  declared ``random`` scripted policy (the generic one with half of the answers junk, so both feedback paths
+  show up; an environment's own as it is), rendered with the model's tokenizer, plus ``C`` tokens of headroom for a model response quoted in a later prompt; environments
   that need a sandbox or have no random policy: the first prompt of every role plus ``C`` per role. The
   ``prompt_tokens`` argument replaces it. ``C`` = ``rollout.max_completion_length``;
 - rollout rows ``R`` = ``problems_per_step x num_generations`` per decision point (split over the policy's
@@ -189,7 +189,6 @@ def measure_prompt_tokens(config: Mapping[str, Any], tokenizer, episodes: int = 
     of every role plus that many tokens per role."""
     from comlrl.rollout.prompts import render_prompt
     from pettingllms.registry import get_env_class, make_agents, make_env
-    from pettingllms.scripted import RandomPolicy
     from pettingllms.stages.context import workflow_env
 
     completion = config["rollout"]["max_completion_length"]
@@ -203,7 +202,7 @@ def measure_prompt_tokens(config: Mapping[str, Any], tokenizer, episodes: int = 
         lengths: list[int] = []
         start = _first_train_seed(config)
 
-        async def play(seed: int, policy: RandomPolicy) -> None:
+        async def play(seed: int, policy: Any) -> None:
             await env.reset(seed)
             for agent in agents:
                 agent.reset()
@@ -217,7 +216,7 @@ def measure_prompt_tokens(config: Mapping[str, Any], tokenizer, episodes: int = 
 
         if playable:
             for number in range(episodes):
-                asyncio.run(play(start + number, RandomPolicy(seed=number, malformed_prob=0.5)))
+                asyncio.run(play(start + number, _random_policy(env, number)))
             return max(lengths) + completion
         for number in range(episodes):
             asyncio.run(env.reset(start + number))
@@ -225,6 +224,17 @@ def measure_prompt_tokens(config: Mapping[str, Any], tokenizer, episodes: int = 
         return max(lengths) + completion * len(agents)
     except (OSError, ValueError, LookupError) as error:  # a missing dataset split, a bad option
         raise ConfigError(f"section `env`: cannot build prompts to measure their length: {error}") from error
+
+
+def _random_policy(env: Any, number: int) -> Any:
+    """The environment's declared ``random`` policy: the generic one with half junk answers (seeded by
+    ``number``), or the environment's own as its factory builds it."""
+    from pettingllms.contract import RANDOM_POLICY
+    from pettingllms.scripted import RandomPolicy, make_scripted_policy
+
+    if env.scripted_policies["random"] == RANDOM_POLICY:
+        return RandomPolicy(seed=number, malformed_prob=0.5)
+    return make_scripted_policy(env, "random")
 
 
 def _rl_stage(config: Mapping[str, Any]) -> str:

@@ -35,17 +35,21 @@ __all__ = [
     "BACKENDS",
     "DEVICE_KINDS",
     "PLACEMENT_DEFAULTS",
+    "RAY_CONNECT_TIMEOUT_S",
     "Placement",
     "PlacementError",
     "PolicyPlacement",
     "available_resources",
     "check_backend_config",
     "check_fits",
+    "check_ray_address",
     "placement_from_config",
     "policy_names",
 ]
 
 BACKENDS: tuple[str, ...] = ("local", "ray")
+#: Seconds a run waits to reach the cluster at ``run.ray_address`` before it refuses to start (docs/scaling.md).
+RAY_CONNECT_TIMEOUT_S = 10.0
 DEVICE_KINDS: tuple[str, ...] = ("gpu", "cpu")
 #: The keys of one ``placement.<policy>`` entry with their defaults (a policy not listed takes them all).
 PLACEMENT_DEFAULTS: dict[str, Any] = {"rollout_devices": 1, "update_devices": 1, "colocate": False}
@@ -262,6 +266,8 @@ def check_backend_config(config: Mapping[str, Any], names: Sequence[str] | None 
     address = run["ray_address"]
     if address is not None and (not isinstance(address, str) or not address.strip()):
         raise ConfigError(f"`run.ray_address` must be null (start a local cluster), `auto` or host:port, got {address!r}")
+    if run["backend"] == "ray":
+        check_ray_address(address)
     _check_number("num_env_workers", run["num_env_workers"], 1, integer=True)
     _check_number("env_worker_cpus", run["env_worker_cpus"], 0, integer=False)
     _check_number("cpu_slot", run["cpu_slot"], 0, integer=False)
@@ -282,6 +288,33 @@ def check_backend_config(config: Mapping[str, Any], names: Sequence[str] | None 
                 f"unknown key `placement.{policy}.{unknown[0]}`; known keys: {sorted(PLACEMENT_DEFAULTS)}"
             )
         PolicyPlacement(policy, **{**PLACEMENT_DEFAULTS, **entry})  # its own checks name the key
+
+
+def check_ray_address(address: str | None, timeout: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """That something listens at the cluster address ``address`` (``host:port``, ``ray://host:port``, or
+    ``auto`` with ``RAY_ADDRESS`` set): a TCP connection within ``timeout`` seconds, else a ConfigError naming
+    the address, before anything is written. Ray itself would wait minutes, logging from its core.
+    None (a local cluster) and ``auto`` without ``RAY_ADDRESS`` (Ray looks for a local one and says at once
+    when there is none) are left to Ray."""
+    import socket
+
+    if address is None or (address == "auto" and not os.environ.get("RAY_ADDRESS")):
+        return
+    target = os.environ["RAY_ADDRESS"] if address == "auto" else address
+    where = target.split("://", 1)[-1]
+    host, _, port = where.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"`run.ray_address` must be null, `auto` or host:port, got {target!r}")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return
+    except OSError as error:
+        reason = "nothing answered" if isinstance(error, TimeoutError) else (error.strerror or str(error)).lower()
+        raise ConfigError(
+            f"`run.ray_address` {target}: no Ray cluster reachable there ({reason}; the check waits at most "
+            f"{timeout:g} s); start "
+            f"one there (`ray start --head --port {port}`) or set run.ray_address=null to start a local one"
+        ) from None
 
 
 def placement_from_config(config: Mapping[str, Any]) -> Placement:

@@ -57,12 +57,15 @@ class RolloutWorker:
 
     ``torch_threads`` pins torch's intra-op threads (Ray sets ``OMP_NUM_THREADS=1`` in actors; the driver
     passes its own count so both paths compute alike). ``vllm`` (a :class:`~comlrl.rollout.VLLMSettings`)
-    serves the policy with vLLM instead of HF."""
+    serves the policy with vLLM instead of HF. ``imports``: the user's modules
+    (:class:`~pettingllms.config.imports.ModuleImports`), imported first."""
 
     def __init__(
         self, policy: Any, name: str, *, torch_threads: int, device: str | None = None, vllm: Any = None,
-        **backend_kwargs,
+        imports: Any = None, **backend_kwargs,
     ):
+        if imports is not None:
+            imports.load()
         from comlrl.rollout.hf import HFBackend
 
         torch.set_num_threads(int(torch_threads))

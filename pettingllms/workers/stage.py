@@ -67,6 +67,7 @@ def stage_workers(
     if backend_of(config) != "ray":
         yield None
         return
+    from pettingllms.config.imports import ModuleImports
     from pettingllms.stages.context import make_env_worker
     from pettingllms.trainer.at_grpo_setup import env_config_for
     from pettingllms.workers.placement import placement_from_config
@@ -82,6 +83,7 @@ def stage_workers(
         ray_address=config["run"].get("ray_address"),
         sandbox=functools.partial(make_env_worker, dict(config)),
         vllm=_rollout_vllm(config),
+        imports=ModuleImports.of(config),
     )
     try:
         yield system

@@ -18,6 +18,7 @@ kept current after every update. Ray is an optional extra: :func:`require_ray` n
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -29,6 +30,14 @@ logger = logging.getLogger("pettingllms.workers")
 
 # Seconds to wait for the cluster to reserve a placement that fits its total resources (others may hold some).
 PLACEMENT_TIMEOUT_S = 120
+
+
+# Where Ray logs "Token authentication is enabled for this Ray cluster ..." when it starts a local cluster.
+TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+def _drop_token_notice(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
 
 
 def require_ray():
@@ -58,6 +67,8 @@ class RaySystem:
         torch_threads: torch threads of every worker (default: the driver's).
         vllm: :class:`~comlrl.rollout.VLLMSettings` for RolloutWorkers that generate with vLLM
             (``rollout.backend: vllm``); None: HF.
+        imports: the user's modules (:class:`~pettingllms.config.imports.ModuleImports`, the config's
+            ``imports``), which every worker imports before it builds anything.
     """
 
     def __init__(
@@ -73,6 +84,7 @@ class RaySystem:
         sandbox: Callable[[], Any] | None = None,
         torch_threads: int | None = None,
         vllm: Any = None,
+        imports: Any = None,
     ) -> None:
         from comlrl.rollout.hf import eos_token_ids, pad_token_id
         from pettingllms.execution import EngineConfig
@@ -87,7 +99,14 @@ class RaySystem:
         self.ray = ray
         self.started_ray = not ray.is_initialized()
         if self.started_ray:
-            ray.init(address=ray_address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+            # A local cluster takes Ray's token authentication (its default); the notice Ray logs about it on
+            # every start says nothing about this run, so it is kept off the screen (docs/scaling.md).
+            notices = logging.getLogger(TOKEN_NOTICE_LOGGER)
+            notices.addFilter(_drop_token_notice)
+            try:
+                ray.init(address=ray_address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+            finally:
+                notices.removeFilter(_drop_token_notice)
         self.actors: list[Any] = []
         self.placement_group = None
         try:
@@ -97,18 +116,22 @@ class RaySystem:
             policy_ref = ray.put(policy)
             device = "cuda" if placement.device_kind == "gpu" else None
             self.rollout_actors: dict[str, list[Any]] = {}
+            self.rollout_names: dict[str, list[str]] = {}
             self.update_actors: dict[str, list[Any]] = {}
             self.updaters: dict[str, RemoteUpdater] = {}
+            prefix = f"pettingllms-{uuid.uuid4().hex[:12]}"
             for name in policy.policies:
                 bundles = placement.worker_bundles(name)
+                resources = placement.worker_resources(name, "rollout")
+                self.rollout_names[name] = [f"{prefix}-rollout-{name}-{i}" for i in range(len(resources))]
                 self.rollout_actors[name] = [
-                    self._start(RolloutWorker, bundle, resources, policy_ref, name, torch_threads=threads, device=device,
-                                vllm=vllm)
-                    for bundle, resources in zip(bundles["rollout"], placement.worker_resources(name, "rollout"))
+                    self._start(RolloutWorker, bundle, needs, policy_ref, name, torch_threads=threads, device=device,
+                                vllm=vllm, imports=imports, actor_name=actor_name)
+                    for bundle, needs, actor_name in zip(bundles["rollout"], resources, self.rollout_names[name])
                 ]
                 self.update_actors[name] = [
                     self._start(UpdateWorker, bundle, resources, trainer_config, policy_ref, name,
-                                torch_threads=threads, device=device)
+                                torch_threads=threads, device=device, imports=imports)
                     for bundle, resources in zip(bundles["update"], placement.worker_resources(name, "update"))
                 ]
                 if len(self.update_actors[name]) > 1:
@@ -124,8 +147,10 @@ class RaySystem:
                 self._start(
                     EnvWorker, bundle, {"CPU": placement.env_worker_cpus}, index, env_name, env_config, engine_settings,
                     agent_to_policy,
-                    self.rollout_actors,
-                    agent_options=agent_options, sandbox=sandbox, torch_threads=threads, restarts=1,
+                    # By name: an actor handle among the arguments of an actor that Ray may restart makes Ray's core
+                    # log an error on every start (its arguments would live in the object store).
+                    self.rollout_names,
+                    agent_options=agent_options, sandbox=sandbox, torch_threads=threads, restarts=1, imports=imports,
                 )
                 for index, bundle in enumerate(placement.env_bundles())
             ]
@@ -152,11 +177,16 @@ class RaySystem:
                 f"it has {self.ray.available_resources()} free (other jobs may hold the rest)"
             ) from None
 
-    def _start(self, cls: type, bundle: int, resources: dict[str, float], *args: Any, restarts: int = 0, **kwargs: Any):
-        """An actor of ``cls`` on placement bundle ``bundle``, asking ``resources`` of it."""
+    def _start(
+        self, cls: type, bundle: int, resources: dict[str, float], *args: Any, restarts: int = 0,
+        actor_name: str | None = None, **kwargs: Any,
+    ):
+        """An actor of ``cls`` on placement bundle ``bundle``, asking ``resources`` of it (named ``actor_name``,
+        so other actors find it with ``ray.get_actor``)."""
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         actor = self.ray.remote(cls).options(
+            name=actor_name,
             num_cpus=resources.get("CPU", 0.0),
             num_gpus=resources.get("GPU", 0.0),
             max_restarts=restarts,

@@ -34,9 +34,14 @@ __all__ = ["RemoteState", "RemoteUpdater", "UpdateWorker", "shard_rows"]
 
 
 class UpdateWorker:
-    """AT-GRPO / GRPO updates of policy ``name`` on the worker's copy of ``policy``."""
+    """AT-GRPO / GRPO updates of policy ``name`` on the worker's copy of ``policy`` (``imports``: the user's
+    modules, :class:`~pettingllms.config.imports.ModuleImports`, imported first)."""
 
-    def __init__(self, config: Any, policy: Any, name: str, *, torch_threads: int, device: str | None = None) -> None:
+    def __init__(
+        self, config: Any, policy: Any, name: str, *, torch_threads: int, device: str | None = None, imports: Any = None
+    ) -> None:
+        if imports is not None:
+            imports.load()
         from comlrl.trainers.core.reference import ReferencePolicy
         from pettingllms.trainer.policy_update import PolicyUpdater
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -144,6 +145,10 @@ def test_a_tiny_pipeline_trains_and_evaluates_on_code_splits(data, tiny_model_pa
     assert result.stages["at_grpo"]["steps"] == 1.0
     report = json.loads((tmp_path / "run" / "eval" / "eval.json").read_text())
     assert sorted(map(int, report["per_problem"])) == [0, 1, 2, 3]  # the whole 4-problem test split
+    # eval.num_instances is null (the whole split): the lines count what was played
+    assert re.search(r"\[3/3\] eval: success \d\.\d{3} on 4 held-out instances x 1 sample, greedy", out.getvalue())
+    assert re.search(r"\nsuccess \d\.\d{3} on 4 held-out instances x 1 sample\(s\)", out.getvalue())
+    assert "None" not in out.getvalue()
 
 
 def test_eval_cli_plays_a_dataset_test_split_whatever_its_train_split_holds(data, tmp_path, capsys):

@@ -215,7 +215,8 @@ def test_random_play_scores_far_below_the_oracle_and_reports_pass_at_k(capsys, t
     ("argv", "message"),
     [
         (["plan_path/L1", "--policy", "scripted:genius"],
-         "environment 'plan_path' has no scripted policy 'genius'; it has: oracle, random"),
+         "PlanPathEnv declares no scripted policy 'genius' in `scripted_policies`, which `pettingllms eval --policy "
+         "scripted:genius` needs; it declares: ['oracle', 'random']"),
         (["plan_path/L1", "--policy", "runs/x/policies"], "saved policies are evaluated with --checkpoint DIR"),
         (["--policy", "oracle"], "`--policy oracle` needs a CONFIG"),
         (["plan_path/L1"], "give exactly one of --checkpoint DIR"),

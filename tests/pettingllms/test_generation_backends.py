@@ -55,9 +55,11 @@ def test_an_api_needs_a_url_and_trains_nothing():
 
 
 def test_vllm_under_a_data_parallel_launch_is_refused(monkeypatch):
+    from pettingllms.config import extras
     from pettingllms.trainer import distributed
 
     monkeypatch.setattr(distributed, "world_size", lambda: 2)
+    monkeypatch.setattr(extras, "_installed", lambda module: True)  # past the missing-package check
     with pytest.raises(ConfigError, match=r"`rollout.backend` is 'vllm' but this run has world size 2"):
         check_pipeline(config("rollout.backend=vllm"))
 
@@ -68,8 +70,10 @@ def test_vllm_without_the_extra_is_one_error_naming_the_install(tmp_path):
 
     run = config("rollout.backend=vllm", f"run.output_dir={tmp_path / 'run'}", "pipeline=[eval]",
                  "eval.num_instances=1", "run.progress=false")
-    with pytest.raises(ImportError, match=r"vLLM is not installed: `pip install -e \"\.\[vllm\]\"`"):
-        Pipeline(run).run()
+    with pytest.raises(ConfigError, match=r"`rollout.backend` vllm .* needs the `vllm` package, which is not "
+                                          r"installed: pip install -e \"\.\[vllm\]\" on a GPU machine"):
+        Pipeline(run).run()  # refused before the run folder is made
+    assert not (tmp_path / "run").exists()
     args = MADPOConfig(output_dir=str(tmp_path / "madpo"), use_vllm=True)
     with pytest.raises(ImportError, match=r"scripts/test_vllm_cpu.sh"):
         MADPOTrainer(agent_model="test-tiny", num_agents=2, reward_func=lambda a, b: 0.0,

@@ -11,7 +11,7 @@ from pettingllms import plots
 from pettingllms.config import load_config
 from pettingllms.config.loader import save_resolved_config
 from pettingllms.plots import figure_series, training_success_label
-from pettingllms.trainer.metrics import StepTable
+from pettingllms.trainer.metrics import COLUMNS_HINT, NOTHING_TO_LEARN, StepTable
 
 TEAM = "team (training rollouts)"
 
@@ -67,7 +67,7 @@ def test_plot_run_labels_each_rl_stage_from_the_runs_config(tmp_path, monkeypatc
 
 def test_step_table_header_says_training_success_is_best_of_k(capsys):
     table = StepTable(["shared"], sampling_mode="tree", num_generations=4)
-    note, header = table.header_lines()
+    note, header, hint = table.header_lines()
     assert note == (
         "succ@bestK: training success; each decision keeps the best of K=4 candidates, so it runs above "
         "held-out (eval) success"
@@ -78,11 +78,19 @@ def test_step_table_header_says_training_success_is_best_of_k(capsys):
         "policy/shared/clip_ratio/region_mean": 0.0, "policy/shared/approx_kl": 0.001, "policy/shared/entropy": 1.5,
         "completions/mean_length": 12.0, "time/step_s": 3.2,
     }  # fmt: skip
+    assert hint == COLUMNS_HINT and "zero_std: share of groups" in hint and "\"The step table\"" in hint
     table.print_row(1, metrics)
     table.print_row(2, metrics)
     lines = capsys.readouterr().out.splitlines()
-    assert lines[:2] == [note, header] and len(lines) == 4  # the note and header once
-    assert lines[2].split()[:2] == ["1", "0.710"] and len(lines[2]) == len(header)
+    assert lines[:3] == [note, header, hint] and len(lines) == 5  # the note, header and hint once
+    assert lines[3].split()[:2] == ["1", "0.710"] and len(lines[3]) == len(header)
+    # A step whose every group had one reward is said once, under its row, whatever follows.
+    for step in (3, 4):
+        table.print_row(step, {**metrics, "frac_reward_zero_std": 1.0, "policy/shared/loss": 0.0})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:4] == ["3", "0.710", "0.500", "1.00"] and lines[2].split()[0] == "4" and len(lines) == 3
+    assert lines[1] == f"step 3: {NOTHING_TO_LEARN} (said once; the zero_std column shows it for every step)"
+    assert NOTHING_TO_LEARN == "no group had a reward difference: nothing to learn from at this step"
 
     grpo = StepTable(["shared"], sampling_mode="independent", num_generations=8)
     assert grpo.header_lines()[0] == "succ@train: training success, the mean over K=8 sampled trajectories per problem"

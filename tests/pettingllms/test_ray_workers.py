@@ -234,3 +234,37 @@ def test_a_pipeline_on_ray_equals_the_local_pipeline(tmp_path, tiny_model_path):
     plan = next(f for f in files if "plan" in str(f))
     before, after = load_file(tmp_path / "ray/sft" / plan), load_file(tmp_path / "ray" / plan)
     assert any(not torch.equal(before[k], after[k]) for k in after)
+
+
+def test_a_users_own_environment_trains_on_ray_workers_that_import_its_module(tmp_path, tiny_model_path, monkeypatch, capfd):
+    """The docs' own-environment example through the command line (in this process, on the module's cluster)
+    from a folder outside the project, on no worker's path: every worker imports the config's `imports` from
+    the folder the driver found them in, before it builds anything. A successful run shows no log line of
+    Ray's core (the EnvWorkers get their RolloutWorkers by name)."""
+    from pettingllms.cli import main
+    from tests.helpers.user_environment import forget_user_modules, write_user_project
+
+    folder = write_user_project(tmp_path / "relay_project")
+    monkeypatch.chdir(folder)
+    with forget_user_modules():
+        assert main([
+            "train", "relay.yaml", f"model.name={tiny_model_path}", "run.backend=ray", "run.num_env_workers=1",
+            "pipeline=[at_grpo]", "at_grpo.max_steps=1", "rollout.num_generations=2", "--no-progress",
+        ]) == 0
+    out, err = capfd.readouterr()
+    assert "[1/1] at_grpo: 1 step" in out
+    record = json.loads((folder / "runs/relay/at_grpo/metrics.jsonl").read_text().splitlines()[-1])
+    assert record["step"] == 1 and {"policy/shared/loss", "reward"} <= set(record)
+    assert "core_worker" not in err and "object store" not in err, err
+
+
+def test_rays_token_notice_is_dropped_and_nothing_else():
+    import importlib.util
+    import logging
+
+    from pettingllms.workers.system import TOKEN_NOTICE_LOGGER, _drop_token_notice
+
+    assert importlib.util.find_spec(TOKEN_NOTICE_LOGGER) is not None  # the logger Ray's notice comes from
+    notice = "Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled to opt out."
+    for message, kept in ((notice, False), ("Token authentication is disabled for this Ray cluster.", True)):
+        assert _drop_token_notice(logging.LogRecord(TOKEN_NOTICE_LOGGER, logging.WARNING, "", 0, message, (), None)) is kept

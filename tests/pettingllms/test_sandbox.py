@@ -13,6 +13,7 @@ import stat
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -219,8 +220,30 @@ def test_interpreter_unreachable_to_the_sandbox_user_is_named(tmp_path):
         with pytest.raises(SandboxError, match=f"cannot execute the interpreter '{python}'") as info:
             SandboxPool(SandboxConfig(python=python), max_workers=1)
         assert "/usr/bin/python3" in str(info.value)  # the message says how to fix it
+        assert f"inside {hidden}, which other users cannot enter (mode 700)" in str(info.value)  # the real cause
     finally:
         shutil.rmtree(hidden)
+
+
+def test_the_real_cause_of_an_unreachable_interpreter_is_a_folder_on_the_way_a_symlink_leads_into():
+    from pettingllms.sandbox.pool import _unreachable
+
+    base = Path(tempfile.mkdtemp(prefix="sandbox-reach-"))  # under /tmp, which everyone may enter
+    try:
+        base.chmod(0o755)
+        hidden, shown = base / "hidden", base / "shown"
+        hidden.mkdir(mode=0o700)
+        shown.mkdir(mode=0o755)
+        (hidden / "python3").write_text("")
+        (shown / "python").symlink_to(hidden / "python3")  # a venv's bin/python into a root-only pyenv, say
+        assert _unreachable(str(shown / "python")) == (
+            f"a symlink to {hidden / 'python3'}, inside {hidden}, which other users cannot enter (mode 700)"
+        )
+        assert _unreachable(str(hidden / "python3")) == f"inside {hidden}, which other users cannot enter (mode 700)"
+        (shown / "python3").write_text("")
+        assert _unreachable(str(shown / "python3")) is None
+    finally:
+        shutil.rmtree(base)
 
 
 @needs_linux

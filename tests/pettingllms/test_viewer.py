@@ -117,6 +117,7 @@ def test_the_show_command_prints_the_episode_and_writes_the_page(runs, tmp_path,
     assert str(page) in capsys.readouterr().out
     text = page.read_text(encoding="utf-8")
     assert text.startswith("<!DOCTYPE html>") and "Content-Security-Policy" in text
+    assert page.stat().st_mode & 0o777 == 0o644  # readable by others: a page to share or serve
     # Self-contained: no script, no link, nothing fetched (the CSP forbids it too).
     assert "<script" not in text.lower() and "<link" not in text.lower() and "src=" not in text.lower()
     assert "http://" not in text and "https://" not in text

@@ -61,6 +61,7 @@ def test_the_plan_path_page_loads_without_console_errors(chromium, tmp_path, cap
     assert report.height > 800  # three turns of two agents: a long page
     shot = (tmp_path / "episode.png").read_bytes()
     assert shot.startswith(PNG) and len(shot) > 20_000
+    assert (tmp_path / "episode.png").stat().st_mode & 0o777 == 0o644  # an image to share: readable by others
 
 
 def test_the_checker_reports_console_errors_and_blocked_resources(chromium, tmp_path):

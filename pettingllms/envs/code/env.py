@@ -72,7 +72,7 @@ from pettingllms.envs.code.data import (
     read_jsonl,
 )
 from pettingllms.envs.code.parsing import is_solution_class, parse_call_test
-from pettingllms.envs.records import played_split
+from pettingllms.envs.records import ProblemKey, played_split, problem_key
 from pettingllms.sandbox.judge import COMPARE_MODES, TestCase, TestVerdict
 
 __all__ = [
@@ -463,6 +463,11 @@ class CodeEnv(BaseEnv[CodeState]):
 
     def instance_id(self, seed: int) -> str:
         return self._problem(seed).problem_id
+
+    def instance_key(self, seed: int) -> ProblemKey:
+        """The problem whatever split holds it (:func:`~pettingllms.envs.records.problem_key`)."""
+        problem = self._problem(seed)
+        return problem_key(problem.problem_id, problem.split, problem.prompt)
 
     def _problem(self, seed: int) -> CodeProblem:
         problems = self.problems()

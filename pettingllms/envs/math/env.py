@@ -52,7 +52,7 @@ from pettingllms.envs.base import BaseEnv, EnvConfig, EnvState
 from pettingllms.envs.math import rewards
 from pettingllms.envs.math.arith import ARITH_LEVELS, generate
 from pettingllms.envs.math.data import DATASETS, MathDataError, MathProblem, normalised_path, read_jsonl
-from pettingllms.envs.records import played_split
+from pettingllms.envs.records import ProblemKey, played_split, problem_key
 
 __all__ = [
     "ARITH",
@@ -292,6 +292,13 @@ class MathEnv(BaseEnv[MathState]):
 
     def instance_id(self, seed: int) -> Any:
         return seed if self.config.generated else self.problem(seed).problem_id
+
+    def instance_key(self, seed: int) -> ProblemKey | None:
+        """The problem whatever split holds it (:func:`~pettingllms.envs.records.problem_key`); None when generated."""
+        if self.config.generated:
+            return None
+        problem = self.problem(seed)
+        return problem_key(problem.problem_id, problem.split, problem.question)
 
     def problem(self, seed: int) -> MathProblem:
         """The problem of ``seed``: generated for ``arith``, else the split's ``seed``-th."""
