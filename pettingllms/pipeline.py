@@ -27,6 +27,7 @@ The run folder (``run.output_dir``)::
 
     config.yaml            the resolved config (every key, after overrides)
     pipeline_state.json    the stage plan and the stages done, with their summary metrics and seconds
+    contamination.json     training statements against every evaluation benchmark's (pettingllms.stages.contamination)
     metrics.jsonl          one record per finished stage (keys ``<stage folder>/<metric>``)
     <stage>/               each stage's own output: metrics.jsonl, checkpoint-N/ (RL stages),
                            policies/ (after a training stage), eval.json (eval stages)
@@ -82,6 +83,7 @@ from pettingllms.config.loader import (
 )
 from pettingllms.stages.at_grpo import ROLLOUT_FIELDS as ROLLOUT_FIELDS  # re-exported: it lived here
 from pettingllms.stages.at_grpo import at_grpo_config, at_grpo_settings, run_at_grpo
+from pettingllms.stages.contamination import CONTAMINATION_FILE, check_contamination
 from pettingllms.stages.context import (
     RL_STAGES,
     TRAINING_STAGES,
@@ -91,7 +93,7 @@ from pettingllms.stages.context import (
     check_run_inputs,
     make_env_worker,
 )
-from pettingllms.stages.eval import eval_metrics, eval_settings, evaluate_policy, run_eval
+from pettingllms.stages.eval import EVAL_BEFORE_FOLDER, eval_metrics, eval_plan, evaluate_policy, run_eval
 from pettingllms.stages.madpo import madpo_settings, run_madpo
 from pettingllms.stages.madpo_from_trees import madpo_from_trees_settings, run_madpo_from_trees
 from pettingllms.stages.marlhf import marlhf_settings, run_marlhf
@@ -118,6 +120,7 @@ __all__ = [
     "evaluate_policy",
     "make_env_worker",
     "plan_stages",
+    "before_after_folders",
     "success_summary",
 ]
 # The madpo / marlhf runner under the name it had here.
@@ -138,7 +141,7 @@ STAGE_SETTINGS: dict[str, SettingsBuilder] = {
     "madpo": madpo_settings,
     "marlhf": marlhf_settings,
     "madpo_from_trees": madpo_from_trees_settings,
-    "eval": eval_settings,
+    "eval": eval_plan,
 }
 STAGE_RUNNERS: dict[str, Callable[[StageContext], dict[str, float]]] = {
     "sft": run_sft,
@@ -170,7 +173,7 @@ def plan_stages(config: Mapping[str, Any]) -> list[tuple[str, str]]:
     if "eval" in pipeline and config["eval"].get("before_training", False):
         first_rl = next((i for i, (stage, _) in enumerate(plan) if stage in RL_STAGES), None)
         if first_rl is not None and (first_rl == 0 or plan[first_rl - 1][0] != "eval"):
-            plan.insert(first_rl, ("eval", "eval_before"))
+            plan.insert(first_rl, ("eval", EVAL_BEFORE_FOLDER))
     return plan
 
 
@@ -268,20 +271,28 @@ class PipelineResult:
     plots: list[Path] = field(default_factory=list)
 
 
-def success_summary(plan: Sequence[tuple[str, str]], stages: Mapping[str, Mapping[str, float]]) -> tuple[float | None, float | None]:
-    """``(before, after)``: success of the last eval before the first RL stage and of the last eval
-    after the last RL stage (None where there is none; with no RL stage, the first and last eval)."""
+def before_after_folders(plan: Sequence[tuple[str, str]], stages: Mapping[str, Mapping[str, float]]) -> tuple[str | None, str | None]:
+    """The folders of the last eval before the first RL stage and of the last eval after the last RL stage
+    (None where there is none; with no RL stage, the first and last eval)."""
     rl = [i for i, (stage, _) in enumerate(plan) if stage in RL_STAGES]
     evals = [(i, folder) for i, (stage, folder) in enumerate(plan) if stage == "eval" and folder in stages]
     if not evals:
         return None, None
     if not rl:
-        return stages[evals[0][1]]["success_rate"], stages[evals[-1][1]]["success_rate"]
+        return evals[0][1], evals[-1][1]
     before = [f for i, f in evals if i < rl[0]]
     after = [f for i, f in evals if i > rl[-1]]
+    return (before[-1] if before else None), (after[-1] if after else None)
+
+
+def success_summary(plan: Sequence[tuple[str, str]], stages: Mapping[str, Mapping[str, float]]) -> tuple[float | None, float | None]:
+    """``(before, after)``: success of the last eval before the first RL stage and of the last eval
+    after the last RL stage (None where there is none; with no RL stage, the first and last eval). With
+    several benchmarks, the headline's (the first of ``eval.benchmarks``)."""
+    before, after = before_after_folders(plan, stages)
     return (
-        stages[before[-1]]["success_rate"] if before else None,
-        stages[after[-1]]["success_rate"] if after else None,
+        stages[before]["success_rate"] if before is not None else None,
+        stages[after]["success_rate"] if after is not None else None,
     )
 
 
@@ -301,6 +312,8 @@ class Pipeline:
     def __init__(self, config: Mapping[str, Any], *, policy: Any = None, out: TextIO | None = None, plots: bool = True):
         dist.init_distributed()  # first: the stage checks read the world size
         self.settings = check_pipeline(config)
+        # Training problems against every benchmark's, by statement (refused unless eval.allow_contamination).
+        self.contamination = check_contamination(config)
         self.config = config
         self.plan = plan_stages(config)
         self.run_dir = Path(config["run"]["output_dir"])
@@ -441,7 +454,7 @@ class Pipeline:
             path = self.run_dir / name
             if path.is_dir() and path.resolve().parent == self.run_dir.resolve():
                 shutil.rmtree(path)
-        for name in ("metrics.jsonl", RESOLVED_CONFIG_FILE, PIPELINE_STATE_FILE):
+        for name in ("metrics.jsonl", RESOLVED_CONFIG_FILE, PIPELINE_STATE_FILE, CONTAMINATION_FILE):
             (self.run_dir / name).unlink(missing_ok=True)
 
     # ---- run -------------------------------------------------------------------------------------
@@ -451,6 +464,8 @@ class Pipeline:
 
         completed = self._prepare_on_main()
         main, size = dist.is_main_process(), dist.world_size()
+        if main and self.contamination is not None:
+            atomic_write_json(self.run_dir / CONTAMINATION_FILE, self.contamination)
         seed = self.config["run"]["seed"]
         seed_everything(seed)  # the global streams, for code we do not control (model loading, user code)
         if self._policy is None:
@@ -559,7 +574,10 @@ class Pipeline:
         )
         lines = []
         before, after = result.success_before, result.success_after
-        if before is not None and after is not None:
+        if section.get("benchmarks"):
+            lines.extend(_benchmark_lines(list(section["benchmarks"]), *before_after_folders(self.plan, result.stages),
+                                          result.stages))
+        elif before is not None and after is not None:
             lines.append(f"success before {before:.3f} -> after {after:.3f} ({after - before:+.3f}) on {what}")
         elif after is not None or before is not None:
             lines.append(f"success {after if after is not None else before:.3f} on {what}")
@@ -567,6 +585,27 @@ class Pipeline:
         if result.plots:
             lines.append(f"plots: {', '.join(str(p) for p in result.plots)}")
         return "\n".join(lines)
+
+
+def _benchmark_lines(names: Sequence[str], before: str | None, after: str | None,
+                     stages: Mapping[str, Mapping[str, float]]) -> list[str]:
+    """One closing line per benchmark: its success before and after training, each on the instances it
+    played (``eval_before`` may play fewer: ``eval.before_training_instances``)."""
+
+    def part(folder: str | None, name: str) -> str | None:
+        metrics = stages.get(folder, {}) if folder is not None else {}
+        if f"{name}/success_rate" not in metrics:
+            return None
+        return f"{metrics[f'{name}/success_rate']:.3f} on {int(metrics[f'{name}/num_problems'])}"
+
+    lines = []
+    for name in names:
+        first, last = part(before, name), part(after, name)
+        if first is not None and last is not None and before != after:
+            lines.append(f"{name}: success before {first} -> after {last} held-out instances")
+        elif last is not None or first is not None:
+            lines.append(f"{name}: success {last if last is not None else first} held-out instances")
+    return lines
 
 
 def _training_rollouts(stage: str, config: Mapping[str, Any]) -> str:
@@ -588,6 +627,12 @@ def _instance_count(section: Mapping[str, Any], metrics: Mapping[str, float]) ->
 
 
 def _describe(stage: str, metrics: Mapping[str, float], config: Mapping[str, Any]) -> str:
+    names = list(config["eval"].get("benchmarks") or {}) if stage == "eval" else []
+    if names:  # one clause per benchmark: "apps 0.200 on 40 | humaneval 0.050 on 164"
+        return " | ".join(
+            f"{name} {metrics[f'{name}/success_rate']:.3f} on {int(metrics[f'{name}/num_problems'])}"
+            for name in names if f"{name}/success_rate" in metrics
+        )
     if stage == "eval":
         section = config["eval"]
         samples = int(section["num_samples"])

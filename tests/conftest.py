@@ -73,7 +73,7 @@ def code_data_root(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def math_data_root(code_data_root) -> str:
     """The ``$PETTINGLLMS_DATA`` root of :func:`code_data_root`, holding also the normalised ``test`` split of
-    every math dataset with a fixture under ``tests/fixtures/math`` (GSM8K: its ``train`` split too), read
+    every math dataset with a fixture under ``tests/fixtures/math`` (GSM8K, DAPO, POLARIS: a ``train`` split too), read
     through the loaders as ``pettingllms dataprocess math`` would."""
     import dataclasses
     from pathlib import Path
@@ -95,6 +95,8 @@ def math_data_root(code_data_root) -> str:
             split = "train" if name.startswith("main/train") else "test"
             problems = load_problems(dataset, fixtures / dataset / name, split)
             splits.setdefault(split, []).extend(dataclasses.replace(p, split=split) for p in problems)
+        if dataset in ("dapo", "polaris"):  # training corpora: their one split is what the protocol configs train on
+            splits["train"] = [dataclasses.replace(p, split="train") for p in splits["test"]]
         for split, problems in splits.items():
             write_jsonl(root / "math" / dataset / f"{split}.jsonl", problems)
     return code_data_root

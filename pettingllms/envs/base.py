@@ -71,6 +71,12 @@ class EnvConfig:
     alpha: float = 1.0
     purpose: str = "eval"
 
+    # Fields an evaluation benchmark may set apart from the trained run (`eval.benchmarks`,
+    # pettingllms.stages.benchmarks): what selects and judges the evaluation data, never the team.
+    eval_fields: ClassVar[tuple[str, ...]] = ("step_timeout",)
+    # Fields that describe one dataset's files: back to their defaults when a benchmark names another dataset.
+    dataset_fields: ClassVar[tuple[str, ...]] = ()
+
     def __post_init__(self) -> None:
         order = self.turn_order
         if isinstance(order, str) or not all(isinstance(r, str) and r for r in order):

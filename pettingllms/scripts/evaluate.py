@@ -22,9 +22,18 @@ run's resolved config (RUN/config.yaml) is used, its eval section included, so t
 policies the way the run evaluated itself and reproduces its final eval. Overrides apply on top.
 
 Saved policies must fit the config: their level and roles must be the config's policy.level and roles,
-and when DIR lies in a run and CONFIG is given, the config's environment (env.name and every env setting,
-e.g. env.rows) must be the run's. A mismatch is an error naming both values; an env setting changed by an
-override (env.rows=5) is taken as deliberate. A policies folder outside a run needs CONFIG.
+and when DIR lies in a run and CONFIG is given, the config must play the trained team: env.name and every
+env setting of the team (roles, turn order, tools, prompts, turns, rewards) must be the run's, while the
+settings that select and judge the evaluation data may differ (dataset, split, data_dir, compare,
+time limits, ... and rollout.max_completion_length): `pettingllms eval code/humaneval --checkpoint
+runs/code_train_apps` evaluates a team trained on APPS on HumanEval. A mismatch is an error naming both
+values and what may differ; an env setting changed by an override (env.rows=5) is taken as deliberate. A
+policies folder outside a run needs CONFIG.
+
+The config's eval.benchmarks (several evaluation sets, each with its dataset, split and instances) are
+evaluated one after the other: `pettingllms eval --checkpoint RUN` re-evaluates a finished run on every
+benchmark it reported, and the report then holds one block per benchmark (benchmarks.<name>) and the
+summary one line per benchmark.
 
 The JSON report goes to --output FILE, by default eval_results.json in the run folder (DIR inside a run)
 or in the config's run.output_dir, never inside a policies folder. It holds metrics (success_rate,
@@ -216,9 +225,12 @@ def _checkpoint_target(config: str | None, checkpoint: Path, overrides: Sequence
 
 
 def _check_against_run(resolved: Mapping[str, Any], overrides: Sequence[str], name: str, run_dir: Path) -> None:
-    """CONFIG against the run that saved the checkpoint: the environment and the level, and every env
-    setting but those an override sets (a deliberate change, e.g. a larger grid)."""
+    """CONFIG against the run that saved the checkpoint: the environment, the level and the trained team's
+    env settings (:func:`~pettingllms.stages.benchmarks.team_differences`: all but the environment's
+    evaluation fields: dataset, split, data folder, comparison, time limits), except those an override sets
+    (a deliberate change, e.g. a larger grid)."""
     from pettingllms.config.loader import RESOLVED_CONFIG_FILE, parse_override
+    from pettingllms.stages.benchmarks import may_differ_text, team_differences
 
     run_config = _load(run_dir / RESOLVED_CONFIG_FILE, ())
     where = f"the run {run_dir} that saved the checkpoint ({run_dir / RESOLVED_CONFIG_FILE})"
@@ -226,13 +238,16 @@ def _check_against_run(resolved: Mapping[str, Any], overrides: Sequence[str], na
     pairs = [("env.name", resolved["env"]["name"], run_config["env"]["name"]),
              ("policy.level", resolved["policy"]["level"], run_config["policy"]["level"])]
     pairs += [(f"env.{key}", resolved["env"].get(key), run_config["env"].get(key))
-              for key in sorted(set(resolved["env"]) | set(run_config["env"])) if key not in overridden]
+              for key in team_differences(resolved, run_config) if key not in overridden]
     for key, mine, theirs in pairs:
         if mine != theirs:
-            deliberate = "" if key in ("env.name", "policy.level") else f", or override `{key}` to change it deliberately"
+            if key in ("env.name", "policy.level"):
+                raise UsageError(f"`{key}` is {mine!r} in {name} but {theirs!r} in {where}; leave CONFIG out to use "
+                                 "the run's config")
             raise UsageError(
-                f"`{key}` is {mine!r} in {name} but {theirs!r} in {where}; leave CONFIG out to use the run's "
-                f"config{deliberate}"
+                f"`{key}` is {mine!r} in {name} but {theirs!r} in {where}: it is the trained team's (roles, turn order, "
+                f"tools, prompts, turns and rewards), while {may_differ_text(resolved['env']['name'])}; leave CONFIG out "
+                f"to use the run's config, or override `{key}` to change it deliberately"
             )
 
 
@@ -300,7 +315,7 @@ def evaluate(
     first (``--import``; the config's own ``imports`` are imported too)."""
     from comlrl.atomic_io import atomic_write_json
     from pettingllms.stages.context import make_env_worker
-    from pettingllms.stages.eval import evaluate_policy, scripted_router
+    from pettingllms.stages.eval import eval_plan, evaluate_benchmarks, scripted_router
 
     if (checkpoint is None) == (policy is None):
         both = "not both" if checkpoint is not None else "one is required"
@@ -334,8 +349,8 @@ def evaluate(
     else:
         played = scripted_router(resolved, str(target.scripted))
     try:
-        _, report = evaluate_policy(
-            played, resolved, make_env_worker(resolved), progress=bool(resolved["run"]["progress"]),
+        _, report = evaluate_benchmarks(
+            played, eval_plan("eval", resolved), make_env_worker(resolved), progress=bool(resolved["run"]["progress"]),
             policy_name=target.policy_name, config_name=target.config_name,
             transcripts_dir=transcripts_dir(destination),
         )

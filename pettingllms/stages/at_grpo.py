@@ -3,9 +3,10 @@
 ``at_grpo`` samples trees (groups per problem, turn and agent); ``grpo`` is the same trainer with independent
 sampling, the single-agent (L0) baseline. The stage section holds the trainer's own fields plus three stage
 keys (:class:`TrainingLimits`): stop once the sampled completions reach ``max_completions`` or training has
-run ``max_minutes``, and measure held-out success (the ``eval`` section's evaluation) each time another
-``eval_every_completions`` completions were sampled, logged as ``eval/*`` records (with
-``eval/completions``) in the stage's ``metrics.jsonl``. A pipeline that repeats the stage (folders ``at_grpo``,
+run ``max_minutes``, and measure held-out success (the ``eval`` section's evaluation, every benchmark capped at
+``eval.before_training_instances``) each time another ``eval_every_completions`` completions were sampled,
+logged as ``eval/*`` records (with ``eval/completions``) in the stage's ``metrics.jsonl``; with
+``eval.transcripts_rate`` the episodes go to ``<stage>/eval-<step>/rollouts.jsonl``. A pipeline that repeats the stage (folders ``at_grpo``,
 ``at_grpo_2``, ...) gives the ``n``-th repeat what is left of ``n * max_completions`` after the repeats before
 it (:func:`repeat_budget`), so the completions a repeat's last step sampled past its share come off the next
 one and ``n`` repeats sample ``n * max_completions`` within one step.
@@ -35,7 +36,7 @@ from comlrl.seeding import derive_seed
 from comlrl.trainers.core.validation import check_float, check_int
 from pettingllms.config.loader import ConfigError, section_to_dataclass
 from pettingllms.stages.context import StageContext, workflow_env
-from pettingllms.stages.eval import evaluate_policy
+from pettingllms.stages.eval import eval_plan, evaluate_benchmarks
 from pettingllms.trainer import distributed as dist
 from pettingllms.trainer.at_grpo import ATGRPOTrainer
 from pettingllms.workers.stage import attach, stage_workers
@@ -218,7 +219,11 @@ def at_grpo_settings(stage: str, config: Mapping[str, Any], stage_dir: str | Pat
         if progress and dist.is_main_process():
             print(f"{stage}: `{stage}.train_seed_range` {list(trainer.train_seed_range)} reaches past the split training "
                   f"plays; drawing from its {len(seeds)} instances, seeds [{seeds.start}, {seeds.stop})", file=sys.stderr)
-        trainer = dataclasses.replace(trainer, train_seed_range=[seeds.start, seeds.stop])
+        try:
+            trainer = dataclasses.replace(trainer, train_seed_range=[seeds.start, seeds.stop])
+        except ValueError as error:  # a split smaller than one step's problems
+            raise ConfigError(f"`{stage}.train_seed_range` cut to the {len(seeds)} instances of the split training "
+                              f"plays: {error}; lower `{stage}.problems_per_step`") from None
     return ATGRPOStageSettings(trainer, limits, update_policy)
 
 
@@ -257,7 +262,7 @@ class _LimitedTrainer(ATGRPOTrainer):
     """The trainer, stopping at the stage's limits and evaluating held-out success along the way."""
 
     def __init__(
-        self, config, *, limits: TrainingLimits, evaluate: Callable[[], Mapping[str, float]],
+        self, config, *, limits: TrainingLimits, evaluate: Callable[[int], Mapping[str, float]],
         tree_pairs: tuple[Path, Mapping[str, Any]] | None = None, update_policy: bool = True, **kwargs,
     ) -> None:
         super().__init__(config, **kwargs)
@@ -300,7 +305,7 @@ class _LimitedTrainer(ATGRPOTrainer):
             self.counter = CompletionCounter(self.limits, self.log_history)
         metrics = super().step()
         if self.counter.count(metrics):
-            point = {f"eval/{k}": v for k, v in self.evaluate_held_out().items()}
+            point = {f"eval/{k}": v for k, v in self.evaluate_held_out(self.global_step).items()}
             self.metrics_logger.log({**point, "eval/completions": float(self.counter.completions)}, self.global_step)
         minutes = (time.perf_counter() - self.started) / 60
         late = bool(self.limits.max_minutes) and minutes >= self.limits.max_minutes
@@ -309,6 +314,15 @@ class _LimitedTrainer(ATGRPOTrainer):
         if self.counter.budget_spent or late:  # the count is the gathered metrics': the same on every rank
             raise _LimitReached
         return metrics
+
+
+def _evaluate_during_training(context: StageContext, step: int) -> dict[str, float]:
+    """Held-out success at training step ``step``: every benchmark of the eval section, at most
+    ``eval.before_training_instances`` instances each (like ``eval_before``); with ``eval.transcripts_rate``
+    the drawn episodes go to ``<stage>/eval-<step>/`` (rank 0), where ``pettingllms show`` finds them."""
+    plan = eval_plan("eval", context.config, limited=True)
+    folder = context.stage_dir / f"eval-{step}" if dist.is_main_process() else None
+    return evaluate_benchmarks(context.router(), plan, context.env_worker, transcripts_dir=folder)[0]
 
 
 def run_at_grpo(context: StageContext) -> dict[str, float]:
@@ -334,7 +348,7 @@ def run_at_grpo(context: StageContext) -> dict[str, float]:
         trainer = _LimitedTrainer(
             settings.trainer,
             limits=limits,
-            evaluate=lambda: evaluate_policy(context.router(), config, context.env_worker)[0],
+            evaluate=lambda step: _evaluate_during_training(context, step),
             policy=context.policy,
             backend=context.generation if system is None else None,
             tree_pairs=tree_pairs,

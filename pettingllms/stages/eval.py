@@ -15,6 +15,11 @@ settings it ran with: ``seeds`` ([start, stop)), ``num_samples``, ``temperature`
 where the caller knows them the ``policy`` evaluated and the ``config``. :func:`eval_summary` states all
 of it in one line.
 
+Several benchmarks (``eval.benchmarks``, :mod:`pettingllms.stages.benchmarks`): :func:`eval_plan` gives each
+benchmark's config and settings (``eval_before`` capped at ``eval.before_training_instances``), and
+:func:`evaluate_benchmarks` evaluates them in turn into one report with a block per benchmark; without
+``eval.benchmarks`` it is :func:`evaluate_policy`'s report of the run's own ``env.split``, unchanged.
+
 Data-parallel runs (``accelerate launch`` / ``torchrun``): every rank plays every held-out instance (the
 ranks hold the same weights, so they get the same result; an evaluation is small next to training), and
 rank 0 alone writes ``eval.json`` and the stage's metrics and shows the progress bar.
@@ -25,7 +30,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +39,15 @@ from pettingllms.agents.failures import failure_counts
 from pettingllms.config.loader import RESOLVED_CONFIG_FILE, ConfigError, section_to_dataclass
 from pettingllms.execution.pass_at_k import CONFIDENCE, mean_pass_at_k, pass_at_k_intervals, pass_at_k_sizes
 from pettingllms.execution.router import Router
+from pettingllms.stages.benchmarks import Benchmark, benchmark_configs
 from pettingllms.stages.context import StageContext, run_workflow, workflow_env
 
 __all__ = [
+    "EVAL_BEFORE_FOLDER",
     "EvalSettings",
+    "PlannedEval",
+    "eval_plan",
+    "evaluate_benchmarks",
     "eval_metrics",
     "success_counts",
     "eval_settings",
@@ -51,6 +61,8 @@ __all__ = [
 # Written by the pipeline before each stage (pettingllms.pipeline.PIPELINE_STATE_FILE; the pipeline
 # imports this module, so the name cannot be imported from there).
 _PIPELINE_STATE_FILE = "pipeline_state.json"
+# The folder of the evaluation the pipeline runs right before the first RL stage (eval.before_training).
+EVAL_BEFORE_FOLDER = "eval_before"
 
 
 @dataclass
@@ -59,7 +71,10 @@ class EvalSettings:
     an ``eval_before`` runs ahead of the first RL stage (``before_training``) and greedy success is
     measured too (``greedy``), and the fraction of instances whose episodes are written as transcripts
     (``transcripts_rate``, 0 to 1; every trajectory of a drawn instance, with its states, for
-    ``pettingllms show``)."""
+    ``pettingllms show``). The run-wide keys: ``before_training_instances`` (the most instances
+    ``eval_before`` and the evaluations inside training play, per benchmark; None: as many as ``eval``),
+    ``allow_contamination`` (train although training and evaluation statements overlap,
+    :mod:`pettingllms.stages.contamination`) and ``benchmarks`` (:mod:`pettingllms.stages.benchmarks`)."""
 
     num_instances: int = 50
     seed_start: int = 1_000_000
@@ -68,12 +83,18 @@ class EvalSettings:
     before_training: bool = True
     greedy: bool = False
     transcripts_rate: float = 0.0
+    before_training_instances: int | None = None
+    allow_contamination: bool = False
+    benchmarks: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for key in ("num_instances", "num_samples"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"`eval.{key}` must be an integer >= 1, got {value!r}")
+        limit = self.before_training_instances
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise ValueError(f"`eval.before_training_instances` must be an integer >= 1 or null, got {limit!r}")
         if self.temperature < 0:
             raise ValueError(f"`eval.temperature` must be >= 0 (0: greedy), got {self.temperature!r}")
         rate = self.transcripts_rate
@@ -95,6 +116,46 @@ def eval_settings(stage: str, config: Mapping[str, Any], stage_dir: Path | None 
 
         section["num_instances"] = len(check_held_out_instances(config, ["eval"])["eval"])
     return section_to_dataclass(EvalSettings, section, "eval")
+
+
+@dataclass(frozen=True)
+class PlannedEval:
+    """One benchmark of an evaluation and the settings it plays with."""
+
+    benchmark: Benchmark
+    settings: EvalSettings
+
+    @property
+    def name(self) -> str | None:
+        return self.benchmark.name
+
+    @property
+    def config(self) -> Mapping[str, Any]:
+        return self.benchmark.config
+
+
+def eval_plan(stage: str, config: Mapping[str, Any], stage_dir: Path | None = None, progress: bool = True,
+              *, limited: bool | None = None) -> list[PlannedEval]:
+    """What an eval stage plays: each benchmark of ``eval.benchmarks`` (the run's own ``env.split`` without
+    them) with its checked settings. ``limited`` (default: the stage folder is ``eval_before``) caps every
+    benchmark's instances at ``eval.before_training_instances``. A bad entry or a dataset file that is
+    missing is a ConfigError naming the key."""
+    if limited is None:
+        limited = stage_dir is not None and Path(stage_dir).name == EVAL_BEFORE_FOLDER
+    plan = []
+    for benchmark in benchmark_configs(config):
+        where = f"eval.benchmarks.{benchmark.name}" if benchmark.name is not None else "eval"
+        try:
+            settings = eval_settings(stage, benchmark.config, stage_dir, progress)
+        except ConfigError as error:
+            if benchmark.name is None:
+                raise
+            raise ConfigError(f"`{where}`: {error}") from error
+        limit = settings.before_training_instances
+        if limited and limit is not None and settings.num_instances > limit:
+            settings = replace(settings, num_instances=limit)
+        plan.append(PlannedEval(benchmark, settings))
+    return plan
 
 
 def success_counts(result: Any) -> list[tuple[int, int]]:
@@ -288,10 +349,79 @@ def evaluate_policy(
     return metrics, report
 
 
+def evaluate_benchmarks(
+    policy: Any,
+    plan: Sequence[PlannedEval],
+    env_worker: Any = None,
+    *,
+    progress: bool = False,
+    policy_name: str | None = None,
+    config_name: str | None = None,
+    transcripts_dir: str | Path | None = None,
+) -> tuple[dict[str, float], dict]:
+    """:func:`evaluate_policy` over every benchmark of ``plan`` (:func:`eval_plan`): ``(metrics, report)``.
+
+    A plan of the run's own evaluation alone (no ``eval.benchmarks``) gives :func:`evaluate_policy`'s
+    metrics and report unchanged. With named benchmarks the report holds one block per benchmark under
+    ``benchmarks`` (each an :func:`evaluate_policy` report, transcripts in ``transcripts_dir/<name>/``),
+    ``headline`` (the first benchmark: its ``success_rate`` is the run's "success before / after"),
+    ``metrics`` (every block's as ``<name>/<metric>``, and the headline's ``success_rate``), ``run_seed``
+    and the policy and config evaluated.
+    """
+    if len(plan) == 1 and plan[0].name is None:
+        only = plan[0]
+        return evaluate_policy(
+            policy, only.config, env_worker, only.settings, progress=progress, policy_name=policy_name,
+            config_name=config_name, transcripts_dir=transcripts_dir,
+        )
+    blocks: dict[str, Any] = {}
+    metrics: dict[str, float] = {}
+    for planned in plan:
+        folder = None if transcripts_dir is None else Path(transcripts_dir) / str(planned.name)
+        block_metrics, block = evaluate_policy(
+            policy, planned.config, env_worker, planned.settings, progress=progress, transcripts_dir=folder
+        )
+        block["env"] = _dataset_label(planned.config)
+        blocks[str(planned.name)] = block
+        metrics.update({f"{planned.name}/{key}": value for key, value in block_metrics.items()})
+    headline = str(plan[0].name)
+    metrics["success_rate"] = blocks[headline]["metrics"]["success_rate"]
+    report: dict[str, Any] = {
+        "format_version": 1,
+        "headline": headline,
+        "metrics": metrics,
+        "benchmarks": blocks,
+        "run_seed": plan[0].config["run"]["seed"],
+    }
+    if policy_name is not None:
+        report["policy"] = policy_name
+    if config_name is not None:
+        report["config"] = config_name
+    return metrics, report
+
+
+def _dataset_label(config: Mapping[str, Any]) -> str:
+    """``<env>/<dataset>:<split>`` (or the env name of a generated task) of a benchmark's config."""
+    env = config["env"]
+    if env.get("dataset") is None:
+        return str(env["name"])
+    return f"{env['name']}/{env['dataset']}:{env.get('split', '?')}"
+
+
 def eval_summary(report: Mapping[str, Any]) -> str:
-    """One line stating an evaluation's result and settings (a report of :func:`evaluate_policy`), e.g.
+    """What an evaluation found, one line per benchmark (a report of :func:`evaluate_benchmarks`): e.g.
     ``success 0.440 on 50 held-out instances (seeds 1000000..1000049) x 4 samples at temperature 1.0 |
-    pass@4 0.620 | policy runs/quickstart/policies``."""
+    pass@4 0.620 | policy runs/quickstart/policies``, each line of a several-benchmark report led by the
+    benchmark's name and dataset."""
+    if "benchmarks" in report:
+        lines = [f"{name} ({block['env']}): {_one_summary(block)}" for name, block in report["benchmarks"].items()]
+        if "policy" in report:
+            lines[-1] += f" | policy {report['policy']}"
+        return "\n".join(lines)
+    return _one_summary(report)
+
+
+def _one_summary(report: Mapping[str, Any]) -> str:
     metrics = report["metrics"]
     start, stop = report["seeds"]
     samples = report["num_samples"]
@@ -333,19 +463,18 @@ def _evaluated_policies(context: StageContext) -> str:
 
 
 def run_eval(context: StageContext) -> dict[str, float]:
-    """Held-out success; writes ``eval.json`` (the report of :func:`evaluate_policy`), the stage's
+    """Held-out success on every benchmark; writes ``eval.json`` (the report of :func:`evaluate_benchmarks`), the stage's
     metrics and, with ``eval.transcripts_rate`` > 0, the drawn episodes' transcripts
     (``rollouts.jsonl``, for ``pettingllms show``), all on rank 0 of a data-parallel run. A progress bar
     on stderr with ``run.progress``."""
     from pettingllms.trainer import distributed as dist
 
-    settings = context.settings_or(eval_settings)
+    plan = context.settings_or(eval_plan)
     main = dist.is_main_process()
-    metrics, report = evaluate_policy(
+    metrics, report = evaluate_benchmarks(
         context.router(),
-        context.config,
+        plan,
         context.env_worker,
-        settings,
         progress=context.progress and main,
         policy_name=_evaluated_policies(context),
         config_name=str(context.run_dir / RESOLVED_CONFIG_FILE),

@@ -148,50 +148,65 @@ def _shared(train: dict[Any, str], held_out: dict[Any, str]) -> list[str]:
 
 
 def check_held_out_instances(config: Mapping[str, Any], stages: Sequence[str] | None = None) -> dict[str, range]:
-    """Check that no training stage of the pipeline plays an instance the ``eval`` stage plays, and that
-    every stage's seeds fit its split. Returns ``{stage: seeds}`` for the stages checked (default: the
-    pipeline's). A ConfigError names the keys and a few shared instances."""
-    from pettingllms.trainer.demonstrations import check_disjoint_seeds
+    """Check that no training stage of the pipeline plays an instance an evaluation plays (every benchmark
+    of ``eval.benchmarks``, :mod:`pettingllms.stages.benchmarks`), and that every stage's seeds fit its split.
+    Returns ``{stage: seeds}`` for the stages checked (default: the pipeline's; ``eval``: the first
+    benchmark's). A ConfigError names the keys and a few shared instances."""
+    from pettingllms.stages.benchmarks import benchmark_configs
 
     stages = list(dict.fromkeys(config["pipeline"] if stages is None else stages))
-    envs: dict[str, Any] = {}
-    counts: dict[str, int | None] = {}
+    train: dict[str, Any] = {}
 
-    def split_of(purpose: str) -> tuple[Any, int | None]:
-        if purpose not in envs:
-            envs[purpose] = stage_env(config, purpose)
-            counts[purpose] = _count(envs[purpose], purpose)
-        return envs[purpose], counts[purpose]
+    def train_split() -> tuple[Any, int | None]:
+        if not train:
+            train["env"] = stage_env(config, "train")
+            train["count"] = _count(train["env"], "train")
+        return train["env"], train["count"]
 
     seeds: dict[str, range] = {}
     for stage in stages:
-        if stage in _TRAINING or stage == "eval":
-            purpose = "eval" if stage == "eval" else "train"
-            seeds[stage] = played_seeds(config, stage, split_of(purpose)[1])
-    if "eval" not in seeds:
+        if stage in _TRAINING:
+            seeds[stage] = played_seeds(config, stage, train_split()[1])
+    if "eval" not in stages:
         return seeds
-    eval_env, eval_count = split_of("eval")
+    for benchmark in benchmark_configs(config):
+        where = "" if benchmark.name is None else f"`eval.benchmarks.{benchmark.name}`: "
+        try:
+            eval_env = stage_env(benchmark.config, "eval")
+            eval_count = _count(eval_env, "eval")
+            eval_seeds = played_seeds(benchmark.config, "eval", eval_count)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}{exc}") from exc
+        seeds.setdefault("eval", eval_seeds)
+        _check_disjoint(config, stages, seeds, train_split, eval_env, eval_count, eval_seeds, where)
+    return seeds
+
+
+def _check_disjoint(config: Mapping[str, Any], stages: Sequence[str], seeds: Mapping[str, range], train_split: Any,
+                    eval_env: Any, eval_count: int | None, eval_seeds: range, where: str) -> None:
+    """No training stage's instance is one of ``eval_seeds`` (one benchmark's)."""
+    from pettingllms.trainer.demonstrations import check_disjoint_seeds
+
     held_out = None
     for stage in stages:
         if stage not in _TRAINING:
             continue
-        train_env, train_count = split_of("train")
+        train_env, train_count = train_split()
         if train_count is None and eval_count is None:  # generated tasks: the seed is the instance
             try:
-                check_disjoint_seeds(seeds[stage], seeds["eval"], f"{stage} seeds", "eval seeds")
+                check_disjoint_seeds(seeds[stage], eval_seeds, f"{stage} seeds", "eval seeds")
             except ValueError as exc:
-                raise ConfigError(f"`{stage}.{SEED_KEYS[stage]}` / `eval.seed_start`: {exc}") from exc
+                raise ConfigError(f"{where}`{stage}.{SEED_KEYS[stage]}` / `eval.seed_start`: {exc}") from exc
             continue
         if held_out is None:
-            held_out = _identities(eval_env, seeds["eval"], eval_count)
+            held_out = _identities(eval_env, eval_seeds, eval_count)
         shared = _shared(_identities(train_env, seeds[stage], train_count), held_out)
         if shared:
             # `a = b`: the same problem (native id and statement) under two split labels, e.g. one file made twice.
             hint = ("splits made from different problems" if any(" = " in label for label in shared)
                     else "different splits: `env.train_split` / `env.split`")
             raise ConfigError(
-                f"`{stage}.{SEED_KEYS[stage]}` / `eval.seed_start`: the {stage} instances and the eval instances "
+                f"{where}`{stage}.{SEED_KEYS[stage]}` / `eval.seed_start`: the {stage} instances and the eval instances "
                 f"must be disjoint; both hold {len(shared)} instance(s), e.g. {shared[:3]} (train and evaluate "
                 f"on {hint})"
             )
-    return seeds

@@ -11,12 +11,14 @@ sampled completion. :func:`group_episodes` puts them back together:
 Episodes are numbered in the order they first appear in the file. :func:`find_transcripts` lists the
 transcript files of a run folder by stage: the folder's own ``rollouts.jsonl`` and those of its stage
 folders (``at_grpo/``, ``eval/``, ``eval_before/``, ``pettingllms eval``'s ``eval_results/``), in run order
-where the run's pipeline state says it.
+where the run's pipeline state says it, and one level further down: an eval stage's benchmarks
+(``eval/humaneval/``) and the evaluations inside a training stage (``at_grpo/eval-40/``).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,12 +171,26 @@ def find_transcripts(path: str | Path) -> dict[str, Path]:
     path = Path(path)
     if path.is_file():
         return {path.resolve().parent.name or ".": path}
-    folders = {child.name: child / TRANSCRIPT_FILE for child in path.iterdir() if (child / TRANSCRIPT_FILE).is_file()}
+    children = [child for child in path.iterdir() if child.is_dir()]
+    folders = {child.name: child / TRANSCRIPT_FILE for child in children if (child / TRANSCRIPT_FILE).is_file()}
+    # One level further: a stage's benchmarks (eval/<name>/) and its evaluations during training (at_grpo/eval-<step>/).
+    nested = {child.name: _nested_transcripts(child) for child in children}
     found: dict[str, Path] = {}
     if (path / TRANSCRIPT_FILE).is_file():
         own = path.resolve().name
         found[own if own and own not in folders else "."] = path / TRANSCRIPT_FILE
     order = _run_order(path)
-    for name in sorted(folders, key=lambda n: (order.index(n) if n in order else len(order), n)):
-        found[name] = folders[name]
+    for name in sorted(set(folders) | {n for n, files in nested.items() if files},
+                       key=lambda n: (order.index(n) if n in order else len(order), n)):
+        if name in folders:
+            found[name] = folders[name]
+        found.update(nested[name])
     return found
+
+
+def _nested_transcripts(folder: Path) -> dict[str, Path]:
+    """``{"<folder>/<sub>": file}`` of the transcript files one level under ``folder``, in natural order
+    (``eval-2`` before ``eval-10``)."""
+    subs = [sub for sub in folder.iterdir() if sub.is_dir() and (sub / TRANSCRIPT_FILE).is_file()]
+    key = lambda sub: [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", sub.name)]  # noqa: E731
+    return {f"{folder.name}/{sub.name}": sub / TRANSCRIPT_FILE for sub in sorted(subs, key=key)}

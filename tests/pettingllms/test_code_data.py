@@ -275,7 +275,7 @@ def test_errors_name_the_path_and_what_is_wrong(tmp_path):
         load_problems("apps", tmp_path / "test.json")
     (tmp_path / "test.json").write_text(json.dumps(rows_of("mbpp")))  # a JSON list of rows
     assert load_problems("mbpp", tmp_path / "test.json") == load_problems("mbpp", FILES["mbpp"])
-    with pytest.raises(CodeDataError, match="'mbpp' needs a local source path"):
+    with pytest.raises(CodeDataError, match="no --source for mbpp and Hub downloads are off"):
         load_problems("mbpp", None)
 
 

@@ -95,7 +95,7 @@ def test_missing_data_is_one_line_naming_the_file_and_the_command(tmp_path, monk
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
     assert f"{tmp_path}/empty/code/mbpp/train.jsonl" in err[0]
-    assert "pettingllms dataprocess code --source SOURCE --dataset mbpp --split train" in err[0]
+    assert "pettingllms dataprocess code --dataset mbpp --split train --source PATH" in err[0] and "COMLRL_ALLOW_HUB=1" in err[0]
     assert not (tmp_path / "run").exists()
 
 

@@ -232,7 +232,10 @@ NAMED_CONFIGS = {"plan_path/quickstart": "L1", "plan_path/L1_hybrid": "L1",
                  **{f"code/{d}": "L1" for d in ("apps", "codecontests", "humaneval", "livecodebench", "mbpp")},
                  **{f"math/{d}": "L1" for d in ("arith", "gsm8k", "math500", "aime24", "aime25", "olympiadbench",
                                                 "arith_hybrid")},
-                 **{f"search/{d}": "L1" for d in ("synthetic", "nq", "hotpotqa", "2wiki", "musique", "bamboogle")}}
+                 **{f"search/{d}": "L1" for d in ("synthetic", "nq", "hotpotqa", "2wiki", "musique", "bamboogle")},
+                 # the seed's protocols: train on one dataset, evaluate on several (eval.benchmarks)
+                 **{name: "L1" for name in ("code/train_apps", "code/train_codecontests", "math/train_dapo",
+                                            "math/train_polaris", "search/train_hotpotqa")}}
 # The roles of each environment's multi-agent workflow (L0 is always the `single` role alone).
 TEAM_ROLES = {"code": ["code_generator", "test_generator"], "math": ["tool_generator", "reasoning_generator"],
               "search": ["web_search_agent", "search_reasoning_agent"], "household": ["planner", "actor"],

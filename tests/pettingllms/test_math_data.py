@@ -102,14 +102,15 @@ def test_aime24_capitalised_mirror_and_integer_answers():
     assert problems[2].solution == "$1 + 2 + 3 + 4 + 6 + 9 + 12 + 18 + 36 = 91$."
 
 
-def test_aime24_lower_case_mirror_takes_its_split_from_the_file_name(tmp_path):
+def test_aime24_lower_case_mirror_whose_only_split_is_train_is_read_as_test(tmp_path):
     rows = [{"id": 60, "problem": "Find $2 + 2$.", "solution": "It is $4$.", "answer": "4", "url": "https://example.invalid/1",
              "year": "2024"}]
     path = write_rows(tmp_path / "train-00000-of-00001.jsonl", rows)
-    (problem,) = load_problems("aime24", path)
-    assert (problem.problem_id, problem.split, problem.answer) == ("aime24/60", "train", "4")
+    (problem,) = load_problems("aime24", path)  # evaluation-only: the Hub's lone "train" split is our test
+    assert (problem.problem_id, problem.split, problem.answer) == ("aime24/60", "test", "4")
     assert problem.metadata == {"url": "https://example.invalid/1", "year": "2024"}
-    assert load_problems("aime24", path, split="test")[0].split == "test"
+    assert load_problems("aime24", path, split="train")[0].split == "train"  # asked for: kept
+    assert load_problems("gsm8k", write_rows(tmp_path / "train.jsonl", [{"question": "Q", "answer": "#### 4"}]))[0].split == "train"
 
 
 def test_aime25_ids_come_from_the_file_when_rows_have_none():
@@ -137,10 +138,10 @@ def test_aime_past_from_csv_and_from_a_json_mirror(tmp_path):
 def test_olympiadbench():
     problems = load_problems("olympiadbench", FILES["olympiadbench"])
     assert summary(problems) == [
-        ("olympiadbench/2001", "train", "0,4", None, "Algebra"),  # "$0,4$": the dollars go
-        ("olympiadbench/2002", "train", "36", None, "Geometry"),
-        ("olympiadbench/2003", "train", "13", None, "Algebra"),
-        ("olympiadbench/2004", "train", "\\frac{5}{6}", None, "Algebra"),
+        ("olympiadbench/2001", "test", "0,4", None, "Algebra"),  # "$0,4$": the dollars go; the lone train split is test
+        ("olympiadbench/2002", "test", "36", None, "Geometry"),
+        ("olympiadbench/2003", "test", "13", None, "Algebra"),
+        ("olympiadbench/2004", "test", "\\frac{5}{6}", None, "Algebra"),
     ]
     assert problems[2].question == "Let $f(x) = 2x + 3$.\n\nCompute $f(f(1))$."  # the context comes first
     assert problems[1].metadata["unit"] == "square units" and problems[0].metadata["is_multiple_answer"] is True

@@ -98,12 +98,13 @@ def test_dataprocess_search_writes_splits_and_the_index(tmp_path, monkeypatch, c
 @pytest.mark.parametrize(("argv", "message"), [
     ([], "give --corpus PATH"),
     (["--corpus", "c.jsonl", "--dataset", "nq"], "one of the two"),
-    (["--dataset", "nq"], "needs --source"),
+    (["--dataset", "nq"], "no --source for nq and Hub downloads are off (COMLRL_ALLOW_HUB is not 1)"),
     (["--corpus", "c.jsonl", "--split", "dev"], "go with --dataset"),
     (["--corpus", "MISSING"], "no corpus file at"),
     (["--dataset", "nq", "--source", "MISSING"], "no data file or folder"),
 ])
-def test_dataprocess_search_errors_are_one_line_and_status_2(argv, message, tmp_path, capsys):
+def test_dataprocess_search_errors_are_one_line_and_status_2(argv, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("COMLRL_ALLOW_HUB", raising=False)
     argv = [str(tmp_path / a) if a == "MISSING" else a for a in argv]
     assert main(["dataprocess", "search", *argv, "--output", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
@@ -111,7 +112,7 @@ def test_dataprocess_search_errors_are_one_line_and_status_2(argv, message, tmp_
     assert not (tmp_path / "out").exists()
 
 
-SEARCH_CONFIGS = ["L0", "L1", "L2", "L3", "synthetic", "nq", "hotpotqa", "2wiki", "musique", "bamboogle"]
+SEARCH_CONFIGS = ["L0", "L1", "L2", "L3", "synthetic", "nq", "hotpotqa", "2wiki", "musique", "bamboogle", "train_hotpotqa"]
 
 
 def test_every_shipped_search_config_loads_and_validates(data_root, monkeypatch):

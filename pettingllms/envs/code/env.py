@@ -134,6 +134,9 @@ class CodeConfig(EnvConfig):
     - ``parse_error_reward``: local reward of a response that does not parse.
     """
 
+    eval_fields: ClassVar[tuple[str, ...]] = ("step_timeout", "dataset", "split", "train_split", "data_dir", "difficulty", "max_train_tests", "time_limit_s", "compare")
+    dataset_fields: ClassVar[tuple[str, ...]] = ("split", "data_dir", "difficulty", "train_split")
+
     turn_order: tuple[str, ...] = ("code_generator", "test_generator")
     max_turns: int = 3
     dataset: str = "humaneval"
@@ -345,10 +348,9 @@ def load_split(config: CodeConfig) -> tuple[CodeProblem, ...]:
     stamp = 0
     if path is not None:
         if not path.is_file():
-            raise CodeDataError(
-                f"no normalised {config.dataset} {split!r} split at {path}: make it with `pettingllms dataprocess "
-                f"code --source SOURCE --dataset {config.dataset} --split {split} --output {path.parent}`"
-            )
+            from pettingllms.envs.sources import missing_split_message
+
+            raise CodeDataError(missing_split_message("code", config.dataset, split, path))
         stamp = os.stat(path).st_mtime_ns
     training = config.purpose == "train"
     problems = _read_split(config.dataset, split, None if path is None else str(path), stamp, config.difficulty,
@@ -468,6 +470,11 @@ class CodeEnv(BaseEnv[CodeState]):
         """The problem whatever split holds it (:func:`~pettingllms.envs.records.problem_key`)."""
         problem = self._problem(seed)
         return problem_key(problem.problem_id, problem.split, problem.prompt)
+
+    def instance_statement(self, seed: int) -> str:
+        """The problem's statement as the dataset gives it (the contamination check compares these across
+        datasets, :mod:`pettingllms.stages.contamination`)."""
+        return self._problem(seed).prompt
 
     def _problem(self, seed: int) -> CodeProblem:
         problems = self.problems()

@@ -1,9 +1,15 @@
-"""Public maths benchmarks read from local files into one normalised record, :class:`MathProblem`.
+"""Public maths benchmarks read from local files, or their Hub copies, into one normalised record, :class:`MathProblem`.
 
-Loaders read GSM8K, MATH, MATH-500, AIME 2024, AIME 2025, AIME 1983-2024, OlympiadBench (English open-ended
-maths), POLARIS and DAPO-Math-17k in their public schemas from a JSON/JSONL file (optionally ``.gz``), a
-parquet file, a CSV file (the AIME 1983-2024 dump is one) or a folder written by ``datasets.save_to_disk``.
-Nothing here reaches a hub.
+Loaders read GSM8K, MATH, MATH-500, AIME 2024, AIME 2025, AIME 1983-2024, OlympiadBench (open-ended maths),
+POLARIS and DAPO-Math-17k in their public schemas from a JSON/JSONL file (optionally ``.gz``), a parquet file,
+a CSV file (the AIME 1983-2024 dump is one) or a folder written by ``datasets.save_to_disk``.
+:func:`load_problems` without a path reads the benchmark's Hub data files instead (:mod:`pettingllms.envs.sources`,
+only where Hub access is allowed), through the same converters. A dump of an evaluation-only benchmark
+(:data:`EVAL_ONLY`) whose only split is named ``train`` is read as ``test``.
+
+OlympiadBench keeps its English text-only problems by default: rows whose ``language`` is not ``English`` or
+whose ``modality`` is not ``Text-only`` are left out (:func:`select_olympiadbench`; ``language=None`` /
+``modality=None`` keep them all, a row without the field is kept).
 
 Normalised JSONL layout (one problem per line, UTF-8; the same file layout as the code benchmarks,
 :mod:`pettingllms.envs.code.data`, with a final answer instead of tests):
@@ -27,20 +33,25 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import logging
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pettingllms.envs import sources
 from pettingllms.envs.code import data as _code_data
 from pettingllms.envs.records import read_records, record_from_json, write_records
 
 __all__ = [
     "DATASETS",
+    "EVAL_ONLY",
     "MathDataError",
     "MathProblem",
+    "OLYMPIADBENCH_DEFAULT",
     "load_aime24",
     "load_aime25",
     "load_aime_past",
@@ -54,8 +65,14 @@ __all__ = [
     "normalised_path",
     "read_jsonl",
     "read_rows",
+    "select_olympiadbench",
     "write_jsonl",
 ]
+
+#: Benchmarks that only evaluate here: a dump whose only split is named ``train`` holds their test problems.
+EVAL_ONLY = frozenset({"math500", "aime24", "aime25", "aime_past", "olympiadbench"})
+
+logger = logging.getLogger(__name__)
 
 
 class MathDataError(ValueError):
@@ -129,10 +146,10 @@ def read_rows(path: str | os.PathLike, split: str | None = None) -> tuple[list[d
             reader = csv.DictReader(handle)
             if not reader.fieldnames:
                 raise MathDataError(f"{path}: a CSV file needs a header row")
-            return [dict(row) for row in reader], split or _code_data.split_from_name(path)
+            return [dict(row) for row in reader], split or sources.split_from_name(path)
     try:
-        return _code_data.read_rows(path, split)
-    except _code_data.CodeDataError as error:
+        return sources.read_rows(path, split)
+    except sources.SourceError as error:
         raise MathDataError(str(error)) from error
 
 
@@ -176,30 +193,40 @@ def _native(value: Any) -> str:
     return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value).strip()
 
 
-def _load(
-    dataset: str, path: str | os.PathLike, split: str | None, default_split: str | None,
-    convert: Callable[[dict, str, int, Path], MathProblem | None],
-) -> list[MathProblem]:
+Converter = Callable[[dict, str, int, Path], "MathProblem | None"]  # (row, split label, row number, file)
+
+
+def _convert(dataset: str, parts: Iterable[tuple[Any, list[dict]]], label: str, convert: Converter) -> list[MathProblem]:
+    """Each part's rows (``(where, rows)``: a file, or a Hub data file pattern; row numbers count within a
+    part, as for a local file) as problems of split ``label``; an id seen twice is an error."""
+    out: list[MathProblem] = []
+    seen: dict[str, tuple[Any, int]] = {}
+    for where, rows in parts:
+        for index, row in enumerate(rows):
+            try:
+                problem = convert(row, label, index, Path(where))
+            except KeyError as error:
+                raise MathDataError(f"{where} row {index}: missing field {error.args[0]} in the {dataset} schema") from error
+            except (ValueError, TypeError) as error:
+                raise MathDataError(f"{where} row {index}: {error}") from error
+            if problem is None:
+                continue
+            if problem.problem_id in seen:
+                first, row_number = seen[problem.problem_id]
+                at = f"row {row_number}" + ("" if first == where else f" of {first}")
+                raise MathDataError(f"{where} row {index}: duplicate id {problem.problem_id!r} (first at {at})")
+            seen[problem.problem_id] = (where, index)
+            out.append(problem)
+    return out
+
+
+def _load(dataset: str, path: str | os.PathLike, split: str | None, default_split: str | None,
+          convert: Converter) -> list[MathProblem]:
     rows, found = read_rows(path, split)
-    label = found or default_split
+    label = sources.split_label(dataset, split, found, default_split, EVAL_ONLY)
     if label is None:
         raise MathDataError(f"{path}: cannot tell which split this file holds; pass split=")
-    out: list[MathProblem] = []
-    seen: dict[str, int] = {}
-    for index, row in enumerate(rows):
-        try:
-            problem = convert(row, label, index, Path(path))
-        except KeyError as error:
-            raise MathDataError(f"{path} row {index}: missing field {error.args[0]} in the {dataset} schema") from error
-        except (ValueError, TypeError) as error:
-            raise MathDataError(f"{path} row {index}: {error}") from error
-        if problem is None:
-            continue
-        if problem.problem_id in seen:
-            raise MathDataError(f"{path} row {index}: duplicate id {problem.problem_id!r} (first at row {seen[problem.problem_id]})")
-        seen[problem.problem_id] = index
-        out.append(problem)
-    return out
+    return _convert(dataset, [(path, rows)], label, convert)
 
 
 # ------------------------------------------------------------------------------------------------ GSM8K
@@ -352,7 +379,7 @@ def _listed(value: Any, name: str) -> list[str]:
 def _olympiadbench_problem(row: dict, split: str, index: int, path: Path) -> MathProblem:
     # Fields mapped: id, question, context (prepended when present), final_answer (a list: several parts
     # of one answer are joined with ", "), solution (a list; the first is kept), subfield (the subject),
-    # and answer_type, unit, is_multiple_answer, difficulty into metadata.
+    # and answer_type, unit, is_multiple_answer, difficulty, language, modality into metadata.
     answers = [_strip_dollars(a) for a in _listed(_field(row, "final_answer"), "final_answer")]
     if not answers or not all(answers):
         raise ValueError("field 'final_answer' is empty")
@@ -360,7 +387,7 @@ def _olympiadbench_problem(row: dict, split: str, index: int, path: Path) -> Mat
     question = _text(_field(row, "question"), "question")
     if row.get("context"):
         question = f"{_text(row['context'], 'context')}\n\n{question}"
-    keys = ("answer_type", "unit", "is_multiple_answer", "difficulty", "error")
+    keys = ("answer_type", "unit", "is_multiple_answer", "difficulty", "error", "language", "modality")
     return MathProblem(
         problem_id=f"olympiadbench/{_native(_field(row, 'id'))}", dataset="olympiadbench", split=split,
         question=question, answer=", ".join(answers), solution=solutions[0] if solutions else "",
@@ -369,8 +396,36 @@ def _olympiadbench_problem(row: dict, split: str, index: int, path: Path) -> Mat
 
 
 def load_olympiadbench(path: str | os.PathLike, split: str | None = None) -> list[MathProblem]:
-    """OlympiadBench rows (the English open-ended maths configs, e.g. ``OE_TO_maths_en_COMP``)."""
+    """OlympiadBench rows (the open-ended maths configs, e.g. ``OE_TO_maths_en_COMP``), every language and
+    modality (:func:`select_olympiadbench` keeps some)."""
     return _load("olympiadbench", path, split, "test", _olympiadbench_problem)
+
+
+OLYMPIADBENCH_DEFAULT = ("English", "Text-only")  # the (language, modality) kept unless asked otherwise
+
+
+def _folded(label: str) -> str:
+    return re.sub(r"[^a-z]", "", label.lower())  # "Text-only", "text only", "TEXT_ONLY" are one label
+
+
+def select_olympiadbench(
+    problems: Iterable[MathProblem], language: str | None = OLYMPIADBENCH_DEFAULT[0],
+    modality: str | None = OLYMPIADBENCH_DEFAULT[1],
+) -> tuple[list[MathProblem], dict[str, int]]:
+    """The problems whose ``language`` and ``modality`` (OlympiadBench's fields, kept in metadata) are the ones
+    asked for (any case or punctuation; None or ``"all"``: any), and the count left out per
+    ``"<language> <modality>"``. A problem without the field is kept."""
+    wanted = {name: None if value is None or _folded(value) == "all" else _folded(value)
+              for name, value in (("language", language), ("modality", modality))}
+    kept, left_out = [], Counter()
+    for problem in problems:
+        values = {name: problem.metadata.get(name) for name in wanted}
+        if all(want is None or not isinstance(values[name], str) or _folded(values[name]) == want
+               for name, want in wanted.items()):
+            kept.append(problem)
+        else:
+            left_out[f"{values['language']} {values['modality']}"] += 1
+    return kept, dict(left_out)
 
 
 # ------------------------------------------------------------------------------------- POLARIS and DAPO
@@ -424,11 +479,15 @@ def _dapo_problem(row: dict, split: str, index: int, path: Path, seen: set[str])
     )
 
 
+def _dapo_converter() -> Converter:
+    seen: set[str] = set()  # one per read: the copies skipped are those of this source
+    return lambda row, s, i, p: _dapo_problem(row, s, i, p, seen)
+
+
 def load_dapo(path: str | os.PathLike, split: str | None = None) -> list[MathProblem]:
     """DAPO-Math-17k rows (prompt messages, reward_model.ground_truth, extra_info.index), one per index.
     Default split ``train``."""
-    seen: set[str] = set()
-    return _load("dapo", path, split, "train", lambda row, s, i, p: _dapo_problem(row, s, i, p, seen))
+    return _load("dapo", path, split, "train", _dapo_converter())
 
 
 # -------------------------------------------------------------------------------------------- dispatch
@@ -446,17 +505,42 @@ DATASETS: dict[str, Callable[..., list[MathProblem]]] = {
 }
 
 
+def _from_hub(dataset: str, split: str | None, mirror: str | os.PathLike | None, revision: str | None) -> list[MathProblem]:
+    try:
+        label, parts = sources.fetch_parts("math", dataset, split, mirror, revision)
+    except sources.SourceError as error:
+        raise MathDataError(str(error)) from error
+    convert = _dapo_converter() if dataset == "dapo" else _CONVERTERS[dataset]
+    return _convert(dataset, parts, label, convert)
+
+
+#: Each dataset's row converter, for rows that come from the Hub (DAPO's is made per read).
+_CONVERTERS: dict[str, Converter] = {
+    "gsm8k": _gsm8k_problem, "math": _math_problem, "math500": _math500_problem, "aime24": _aime("aime24"),
+    "aime25": _aime("aime25"), "aime_past": _aime_past_problem, "olympiadbench": _olympiadbench_problem,
+    "polaris": _polaris_problem,
+}
+
+
 def load_problems(
-    dataset: str, path: str | os.PathLike, split: str | None = None, level: str | Iterable[str] | None = None,
+    dataset: str, path: str | os.PathLike | None, split: str | None = None, level: str | Iterable[str] | None = None,
+    language: str | None = OLYMPIADBENCH_DEFAULT[0], modality: str | None = OLYMPIADBENCH_DEFAULT[1],
+    mirror: str | os.PathLike | None = None, revision: str | None = None,
 ) -> list[MathProblem]:
     """One dataset's problems from a local source, keeping the ``level`` labels asked for (one or several,
-    any case; ``"Level 5"`` and ``"5"`` are the same label)."""
+    any case; ``"Level 5"`` and ``"5"`` are the same label) and, for OlympiadBench, the ``language`` and
+    ``modality`` asked for (:func:`select_olympiadbench`; None: any). ``path`` None: the dataset's Hub data
+    files (:func:`pettingllms.envs.sources.fetch_parts`, with ``mirror`` and ``revision``; refused in one line
+    unless Hub access is allowed)."""
     if dataset not in DATASETS:
         raise MathDataError(f"unknown math dataset {dataset!r} (known: {', '.join(DATASETS)}); source {path}")
-    if path is None:
-        raise MathDataError(f"dataset {dataset!r} needs a local source path (JSONL, JSON, parquet, CSV or save_to_disk folder)")
-    problems = DATASETS[dataset](path, split)
+    problems = _from_hub(dataset, split, mirror, revision) if path is None else DATASETS[dataset](path, split)
     if level is not None:
         wanted = {(_level(v) or "").lower() for v in ([level] if isinstance(level, str) else level)}
         problems = [p for p in problems if (p.level or "").lower() in wanted]
+    if dataset == "olympiadbench":
+        problems, left_out = select_olympiadbench(problems, language, modality)
+        if left_out:
+            logger.info("olympiadbench %s: left out %d problem(s) not %s %s (%s)", path or "from the Hub",
+                        sum(left_out.values()), language or "any language", modality or "any modality", left_out)
     return problems

@@ -104,6 +104,9 @@ class MathConfig(EnvConfig):
       (past it the check counts as a no, the answer as wrong, and it is counted as ``verify_timeout``).
     """
 
+    eval_fields: ClassVar[tuple[str, ...]] = ("step_timeout", "dataset", "arith_level", "arith_named", "split", "train_split", "data_dir", "level", "time_limit_s", "verify_timeout_s")
+    dataset_fields: ClassVar[tuple[str, ...]] = ("split", "data_dir", "level", "train_split")
+
     turn_order: tuple[str, ...] = (TOOL_ROLE, REASONER_ROLE)
     max_turns: int = 3
     dataset: str = ARITH
@@ -248,10 +251,9 @@ def load_split(config: MathConfig) -> tuple[MathProblem, ...]:
     that writes it."""
     split, path = played_split(config), split_path(config)
     if not path.is_file():
-        raise MathDataError(
-            f"no normalised {config.dataset} {split!r} split at {path}: make it with `pettingllms dataprocess "
-            f"math --source SOURCE --dataset {config.dataset} --split {split} --output {path.parent}`"
-        )
+        from pettingllms.envs.sources import missing_split_message
+
+        raise MathDataError(missing_split_message("math", config.dataset, split, path))
     problems = _read_split(config.dataset, split, str(path), os.stat(path).st_mtime_ns, config.level)
     if not problems:
         raise MathDataError(f"{path} holds no {config.dataset} problem of split {split!r}"
@@ -299,6 +301,11 @@ class MathEnv(BaseEnv[MathState]):
             return None
         problem = self.problem(seed)
         return problem_key(problem.problem_id, problem.split, problem.question)
+
+    def instance_statement(self, seed: int) -> str | None:
+        """The problem's statement as the dataset gives it (the contamination check compares these across
+        datasets, :mod:`pettingllms.stages.contamination`); None when generated."""
+        return None if self.config.generated else self.problem(seed).question
 
     def problem(self, seed: int) -> MathProblem:
         """The problem of ``seed``: generated for ``arith``, else the split's ``seed``-th."""

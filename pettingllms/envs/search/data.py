@@ -1,11 +1,14 @@
-"""Question-answering benchmarks read from local files into one normalised record, :class:`SearchProblem`.
+"""Question-answering benchmarks read from local files, or their Hub copies, into one normalised record,
+:class:`SearchProblem`.
 
 Loaders read the FlashRAG releases of NQ, HotpotQA, 2WikiMultihopQA, MuSiQue and Bamboogle (JSONL, one question
 per line: ``id``, ``question``, ``golden_answers`` (a list), and for the multi-hop sets a ``metadata`` object),
 from a JSON/JSONL file (optionally ``.gz``), a parquet file or a ``datasets.save_to_disk`` folder. The same
 loaders take Search-R1's processed parquet files (golden answers under ``reward_model.ground_truth.target``) and
 the original releases' spelling of the fields (``_id``; ``answer`` as text, ``answer_aliases``), so a local
-copy of any of them works. Nothing here reaches a hub.
+copy of any of them works. :func:`load_problems` without a path reads FlashRAG's Hub data files instead
+(:mod:`pettingllms.envs.sources`, only where Hub access is allowed), through the same converter. A Bamboogle
+dump whose only split is named ``train`` is read as ``test`` (:data:`EVAL_ONLY`).
 
 Normalised JSONL layout (one problem per line, UTF-8; the layout of the code and math benchmarks with a list of
 golden answers):
@@ -32,12 +35,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pettingllms.envs import sources
 from pettingllms.envs.code import data as _code_data
 from pettingllms.envs.records import read_records, record_from_json, write_records
 
 __all__ = [
     "DATASETS",
     "DEFAULT_SPLITS",
+    "EVAL_ONLY",
     "SearchDataError",
     "SearchProblem",
     "load_problems",
@@ -103,14 +108,6 @@ def normalised_path(dataset: str, split: str) -> Path:
 
 
 # ------------------------------------------------------------------------------------------ reading rows
-
-_SPLIT_WORDS = ("train", "dev", "test", "validation", "valid")
-
-
-def _split_from_name(path: Path) -> str | None:
-    """``dev.jsonl`` / ``test-00000-of-00001.parquet`` -> the split its name starts with (``dev`` included)."""
-    word = re.split(r"[-_.]", path.name.lower(), maxsplit=1)[0]
-    return word if word in _SPLIT_WORDS else None
 
 
 def _text(value: Any, name: str) -> str:
@@ -202,33 +199,48 @@ def _problem(dataset: str) -> Callable[[dict, str, int], SearchProblem]:
 DEFAULT_SPLITS: dict[str, str | None] = {"nq": None, "hotpotqa": None, "2wiki": None, "musique": None,
                                          "bamboogle": "test"}
 DATASETS: dict[str, Callable[[dict, str, int], SearchProblem]] = {name: _problem(name) for name in DEFAULT_SPLITS}
+#: Benchmarks that only evaluate here: a dump whose only split is named ``train`` holds their test questions.
+EVAL_ONLY = frozenset({"bamboogle"})
 
 
-def load_problems(dataset: str, path: str | os.PathLike, split: str | None = None) -> list[SearchProblem]:
-    """One dataset's questions from a local file or folder, normalised (see the module docstring)."""
-    if dataset not in DATASETS:
-        raise SearchDataError(f"unknown search dataset {dataset!r} (known: {', '.join(DATASETS)}); source {path}")
-    if path is None:
-        raise SearchDataError(f"dataset {dataset!r} needs a local source path (JSONL, JSON, parquet or save_to_disk folder)")
-    path = Path(path).expanduser()
+def _rows(dataset: str, path: str | os.PathLike | None, split: str | None, mirror: str | os.PathLike | None,
+          revision: str | None) -> tuple[str, list[tuple[Any, list[dict]]]]:
+    """The split label and the rows of each part (``(where, rows)``) of a local source, or of the Hub's files."""
     try:
-        rows, found = _code_data.read_rows(path, split)
-    except _code_data.CodeDataError as error:
+        if path is None:
+            return sources.fetch_parts("search", dataset, split, mirror, revision)
+        path = Path(path).expanduser()
+        rows, found = sources.read_rows(path, split)
+    except sources.SourceError as error:
         raise SearchDataError(str(error)) from error
-    label = split or found or _split_from_name(path) or DEFAULT_SPLITS[dataset]
+    label = sources.split_label(dataset, split, found, DEFAULT_SPLITS[dataset], EVAL_ONLY)
     if label is None:
         raise SearchDataError(f"{path}: cannot tell which split this file holds; pass --split")
+    return label, [(path, rows)]
+
+
+def load_problems(
+    dataset: str, path: str | os.PathLike | None, split: str | None = None, mirror: str | os.PathLike | None = None,
+    revision: str | None = None,
+) -> list[SearchProblem]:
+    """One dataset's questions from a local file or folder, normalised (see the module docstring). ``path``
+    None: FlashRAG's Hub data files (:func:`pettingllms.envs.sources.fetch_parts`, with ``mirror`` and
+    ``revision``; refused in one line unless Hub access is allowed)."""
+    if dataset not in DATASETS:
+        raise SearchDataError(f"unknown search dataset {dataset!r} (known: {', '.join(DATASETS)}); source {path}")
+    label, parts = _rows(dataset, path, split, mirror, revision)
     out: list[SearchProblem] = []
-    seen: dict[str, int] = {}
-    for index, row in enumerate(rows):
-        try:
-            problem = DATASETS[dataset](row, label, index)
-        except KeyError as error:
-            raise SearchDataError(f"{path} row {index}: missing field {error.args[0]} in the {dataset} schema") from error
-        except (ValueError, TypeError) as error:
-            raise SearchDataError(f"{path} row {index}: {error}") from error
-        if problem.problem_id in seen:
-            raise SearchDataError(f"{path} row {index}: duplicate id {problem.problem_id!r} (first at row {seen[problem.problem_id]})")
-        seen[problem.problem_id] = index
-        out.append(problem)
+    seen: dict[str, str] = {}
+    for where, rows in parts:
+        for index, row in enumerate(rows):
+            try:
+                problem = DATASETS[dataset](row, label, index)
+            except KeyError as error:
+                raise SearchDataError(f"{where} row {index}: missing field {error.args[0]} in the {dataset} schema") from error
+            except (ValueError, TypeError) as error:
+                raise SearchDataError(f"{where} row {index}: {error}") from error
+            if problem.problem_id in seen:
+                raise SearchDataError(f"{where} row {index}: duplicate id {problem.problem_id!r} (first at {seen[problem.problem_id]})")
+            seen[problem.problem_id] = f"row {index}"
+            out.append(problem)
     return out

@@ -96,6 +96,9 @@ class SearchConfig(EnvConfig):
     - ``max_passages_shown``: the latest this many distinct passages are shown; ``max_passage_chars``: each cut to this.
     """
 
+    eval_fields: ClassVar[tuple[str, ...]] = ("step_timeout", "dataset", "synthetic_hops", "split", "train_split", "data_dir", "retriever_timeout_s", "retriever_max_retries")
+    dataset_fields: ClassVar[tuple[str, ...]] = ("split", "data_dir", "train_split")
+
     turn_order: tuple[str, ...] = (SEARCH_ROLE, REASONER_ROLE)
     max_turns: int = 3
     dataset: str = SYNTHETIC
@@ -236,9 +239,9 @@ def load_split(config: SearchConfig) -> tuple[SearchProblem, ...]:
     """The questions the seeds of a dataset ``config`` index, read once per file version."""
     split, path = played_split(config), split_path(config)
     if not path.is_file():
-        raise SearchDataError(
-            f"no normalised {config.dataset} {split!r} split at {path}: make it with `pettingllms dataprocess search "
-            f"--dataset {config.dataset} --source SOURCE --split {split} --output {path.parent}`")
+        from pettingllms.envs.sources import missing_split_message
+
+        raise SearchDataError(missing_split_message("search", config.dataset, split, path))
     problems = _read_split(config.dataset, split, str(path), os.stat(path).st_mtime_ns)
     if not problems:
         raise SearchDataError(f"{path} holds no {config.dataset} question of split {split!r}")
@@ -298,6 +301,11 @@ class SearchEnv(BaseEnv[SearchState]):
             return None
         problem = self.problem(seed)
         return problem_key(problem.problem_id, problem.split, problem.question)
+
+    def instance_statement(self, seed: int) -> str | None:
+        """The problem's statement as the dataset gives it (the contamination check compares these across
+        datasets, :mod:`pettingllms.stages.contamination`); None when generated."""
+        return None if self.config.generated else self.problem(seed).question
 
     def problem(self, seed: int) -> SearchProblem:
         """The question of ``seed``: generated for ``synthetic``, else the split's ``seed``-th."""
