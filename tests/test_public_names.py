@@ -30,6 +30,7 @@ MODULES = (
     "pettingllms.stages.contamination",
     "pettingllms.stages.eval",
     "pettingllms.envs.contamination",
+    "pettingllms.envs.sources",
     "pettingllms.cli",
     "pettingllms.envs.code",
     "pettingllms.envs.code.parsing",

@@ -148,6 +148,13 @@ def test_ambiguous_or_missing_choices_list_what_there_is_and_name_the_argument(r
     assert "`--stage` is needed" in captured.err and "stage eval_before: 3 episodes" in captured.out
     assert main(["show", str(two), "--stage", "eval", "--episode", "1"]) == 0
     assert "problem 1000001" in capsys.readouterr().out
+    # One level further: an eval stage's benchmarks and the evaluations inside training, in natural order.
+    for nested in ("eval/humaneval", "at_grpo/eval-10", "at_grpo/eval-2"):
+        shutil.copytree(run_dir / "eval_results", two / nested)
+    (two / "pipeline_state.json").write_text(json.dumps({"plan": [["at_grpo", "at_grpo"], ["eval", "eval"]]}))
+    assert list(find_transcripts(two)) == ["at_grpo/eval-2", "at_grpo/eval-10", "eval", "eval/humaneval", "eval_before"]
+    assert main(["show", str(two), "--stage", "eval/humaneval", "--episode", "2"]) == 0
+    assert "problem 1000002" in capsys.readouterr().out
     # A stage folder and the file itself work too, the stage named after its folder.
     assert main(["show", str(two / "eval" / TRANSCRIPT_FILE), "--episode", "2"]) == 0
     assert "Episode 2 of stage eval: step 0, problem 1000002" in capsys.readouterr().out
