@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from comlrl.atomic_io import atomic_write_text
 
-__all__ = ["ProblemKey", "native_id", "played_split", "problem_key", "read_records", "record_from_json", "write_records"]
+__all__ = ["ProblemKey", "QuestionInstances", "native_id", "played_split", "problem_key", "read_records", "record_from_json", "write_records"]
 
 RecordT = TypeVar("RecordT")
 
@@ -97,3 +97,24 @@ def problem_key(problem_id: str, split: str, statement: str) -> ProblemKey:
     its whitespace collapsed."""
     text = " ".join(statement.split())
     return ProblemKey(native_id(problem_id, split), hashlib.sha256(text.encode("utf-8")).hexdigest()[:16])
+
+
+class QuestionInstances:
+    """What names an instance of a dataset environment whose problems are questions (math, search): its id,
+    its :class:`ProblemKey` and its statement, from ``self.problem(seed)`` (a record with ``problem_id``,
+    ``split`` and ``question``); a generated task (``self.config.generated``) is named by its seed alone."""
+
+    def instance_id(self, seed: int) -> Any:
+        return seed if self.config.generated else self.problem(seed).problem_id  # type: ignore[attr-defined]
+
+    def instance_statement(self, seed: int) -> str | None:
+        """The problem's statement as the dataset gives it (the contamination check compares these across
+        datasets, :mod:`pettingllms.stages.contamination`); None when generated."""
+        return None if self.config.generated else self.problem(seed).question  # type: ignore[attr-defined]
+
+    def instance_key(self, seed: int) -> ProblemKey | None:
+        """The problem whatever split holds it (:func:`problem_key`); None when generated."""
+        if self.config.generated:  # type: ignore[attr-defined]
+            return None
+        problem = self.problem(seed)  # type: ignore[attr-defined]
+        return problem_key(problem.problem_id, problem.split, problem.question)

@@ -56,8 +56,6 @@ __all__ = [
 EVAL_KEYS: tuple[str, ...] = ("num_instances", "seed_start", "num_samples", "temperature", "greedy", "transcripts_rate")
 # rollout keys an entry may set.
 GENERATION_KEYS: tuple[str, ...] = ("max_completion_length",)
-# Keys of the eval section that belong to the run, not to one benchmark.
-RUN_EVAL_KEYS: tuple[str, ...] = ("before_training", "before_training_instances", "allow_contamination", "benchmarks")
 
 
 @dataclass(frozen=True)
@@ -155,9 +153,7 @@ def benchmark_configs(config: Mapping[str, Any]) -> list[Benchmark]:
         if "dataset" in parts["env"] and parts["env"]["dataset"] != env.get("dataset"):
             new_env.update(_dataset_defaults(env_name))  # the trained dataset's folder and filters do not apply
         new_env.update(parts["env"])
-        derived["eval"] = {k: v for k, v in section.items() if k not in ("benchmarks",)}
-        derived["eval"].update(parts["eval"])
-        derived["eval"]["benchmarks"] = {}
+        derived["eval"] = {**section, **parts["eval"], "benchmarks": {}}
         derived["rollout"] = {**derived["rollout"], **parts["rollout"]}
         out.append(Benchmark(name, derived))
     return out

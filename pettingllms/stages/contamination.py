@@ -24,8 +24,6 @@ from pettingllms.config.errors import ConfigError
 __all__ = ["CONTAMINATION_FILE", "check_contamination", "contamination_report"]
 
 CONTAMINATION_FILE = "contamination.json"
-# The stages that train on problems of their own (the seeds their section names).
-_SEEDED_TRAINING = ("sft", "at_grpo", "grpo", "madpo", "marlhf")
 
 
 def _statements(env: Any, seeds: range) -> dict[str, str] | None:
@@ -43,10 +41,10 @@ def contamination_report(config: Mapping[str, Any]) -> dict[str, Any] | None:
     nothing or evaluates nothing."""
     from pettingllms.envs.contamination import find_overlaps
     from pettingllms.stages.eval import eval_plan
-    from pettingllms.stages.instances import check_held_out_instances, stage_env
+    from pettingllms.stages.instances import SEEDED_TRAINING_STAGES, check_held_out_instances, stage_env
 
     pipeline = list(dict.fromkeys(config["pipeline"]))
-    stages = [stage for stage in pipeline if stage in _SEEDED_TRAINING]
+    stages = [stage for stage in pipeline if stage in SEEDED_TRAINING_STAGES]
     if not stages or "eval" not in pipeline:
         return None
     seeds = check_held_out_instances(config, stages)

@@ -24,6 +24,7 @@ from pettingllms.config.env_section import env_arguments
 from pettingllms.config.errors import ConfigError
 
 __all__ = [
+    "SEEDED_TRAINING_STAGES",
     "SEED_KEYS",
     "check_held_out_instances",
     "clamp_to_instances",
@@ -40,7 +41,7 @@ SEED_KEYS: dict[str, str] = {
     "marlhf": "seed_start",
     "eval": "seed_start",
 }
-_TRAINING = ("sft", "at_grpo", "grpo", "madpo", "marlhf")
+SEEDED_TRAINING_STAGES = ("sft", "at_grpo", "grpo", "madpo", "marlhf")  # train on seeds of their own
 _SAMPLED = ("at_grpo", "grpo")  # draw problems from a range instead of playing each seed once
 
 
@@ -165,7 +166,7 @@ def check_held_out_instances(config: Mapping[str, Any], stages: Sequence[str] | 
 
     seeds: dict[str, range] = {}
     for stage in stages:
-        if stage in _TRAINING:
+        if stage in SEEDED_TRAINING_STAGES:
             seeds[stage] = played_seeds(config, stage, train_split()[1])
     if "eval" not in stages:
         return seeds
@@ -189,7 +190,7 @@ def _check_disjoint(config: Mapping[str, Any], stages: Sequence[str], seeds: Map
 
     held_out = None
     for stage in stages:
-        if stage not in _TRAINING:
+        if stage not in SEEDED_TRAINING_STAGES:
             continue
         train_env, train_count = train_split()
         if train_count is None and eval_count is None:  # generated tasks: the seed is the instance

@@ -46,13 +46,13 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pettingllms.envs.base import BaseEnv, EnvConfig, EnvState
 from pettingllms.envs.math import rewards
 from pettingllms.envs.math.arith import ARITH_LEVELS, generate
 from pettingllms.envs.math.data import DATASETS, MathDataError, MathProblem, normalised_path, read_jsonl
-from pettingllms.envs.records import ProblemKey, played_split, problem_key
+from pettingllms.envs.records import QuestionInstances, played_split
 
 __all__ = [
     "ARITH",
@@ -264,7 +264,7 @@ def load_split(config: MathConfig) -> tuple[MathProblem, ...]:
 # ---- the environment -----------------------------------------------------------------------------------
 
 
-class MathEnv(BaseEnv[MathState]):
+class MathEnv(QuestionInstances, BaseEnv[MathState]):
     """Math with a tool agent and a reasoner (see the module docstring)."""
 
     name: ClassVar[str] = "math"
@@ -291,21 +291,6 @@ class MathEnv(BaseEnv[MathState]):
 
     def num_instances(self) -> int | None:
         return None if self.config.generated else len(self.problems())
-
-    def instance_id(self, seed: int) -> Any:
-        return seed if self.config.generated else self.problem(seed).problem_id
-
-    def instance_key(self, seed: int) -> ProblemKey | None:
-        """The problem whatever split holds it (:func:`~pettingllms.envs.records.problem_key`); None when generated."""
-        if self.config.generated:
-            return None
-        problem = self.problem(seed)
-        return problem_key(problem.problem_id, problem.split, problem.question)
-
-    def instance_statement(self, seed: int) -> str | None:
-        """The problem's statement as the dataset gives it (the contamination check compares these across
-        datasets, :mod:`pettingllms.stages.contamination`); None when generated."""
-        return None if self.config.generated else self.problem(seed).question
 
     def problem(self, seed: int) -> MathProblem:
         """The problem of ``seed``: generated for ``arith``, else the split's ``seed``-th."""

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from pettingllms.envs.base import BaseEnv, EnvConfig, EnvState
-from pettingllms.envs.records import ProblemKey, played_split, problem_key
+from pettingllms.envs.records import QuestionInstances, played_split
 from pettingllms.envs.search import rewards
 from pettingllms.envs.search.bm25 import INDEX_FILE, BM25Index, index_exists
 from pettingllms.envs.search.corpus import CorpusError, Passage
@@ -264,7 +264,7 @@ def _batching(kind: str, where: str, timeout_s: float, retries: int, stamp: int 
 # ---- the environment -------------------------------------------------------------------------------------
 
 
-class SearchEnv(BaseEnv[SearchState]):
+class SearchEnv(QuestionInstances, BaseEnv[SearchState]):
     """Search with a web-search agent and a reasoner (see the module docstring)."""
 
     name: ClassVar[str] = "search"
@@ -291,21 +291,6 @@ class SearchEnv(BaseEnv[SearchState]):
         count = len(self.problems())
         self.check_retriever()
         return count
-
-    def instance_id(self, seed: int) -> Any:
-        return seed if self.config.generated else self.problem(seed).problem_id
-
-    def instance_key(self, seed: int) -> ProblemKey | None:
-        """The problem whatever split holds it (:func:`~pettingllms.envs.records.problem_key`); None when generated."""
-        if self.config.generated:
-            return None
-        problem = self.problem(seed)
-        return problem_key(problem.problem_id, problem.split, problem.question)
-
-    def instance_statement(self, seed: int) -> str | None:
-        """The problem's statement as the dataset gives it (the contamination check compares these across
-        datasets, :mod:`pettingllms.stages.contamination`); None when generated."""
-        return None if self.config.generated else self.problem(seed).question
 
     def problem(self, seed: int) -> SearchProblem:
         """The question of ``seed``: generated for ``synthetic``, else the split's ``seed``-th."""
