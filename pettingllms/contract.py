@@ -141,7 +141,7 @@ def scripted_policy_needs(env: Any, agents: Sequence[Any], name: str, needed_by:
     """Check that scripted policy ``name`` can play ``env`` with ``agents`` for ``needed_by``. ``generic``:
     the :mod:`pettingllms.scripted` policy played where the environment declares none (``sft``); without
     it an undeclared name is an error listing the declared ones, with the closest."""
-    from comlrl.trainers.core.validation import closest_name
+    from comlrl.validation import closest_name
 
     declared = dict(getattr(env, "scripted_policies", {}) or {})
     path = declared.get(name, generic)

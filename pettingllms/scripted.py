@@ -143,7 +143,7 @@ def make_scripted_policy(env: BaseEnv | type[BaseEnv], name: str) -> ScriptedPol
     ValueError listing the ones it has."""
     declared = env.scripted_policies
     if name not in declared:
-        from comlrl.trainers.core.validation import closest_name
+        from comlrl.validation import closest_name
 
         env_name = env.name or (env.__name__ if isinstance(env, type) else type(env).__name__)
         have = ", ".join(sorted(declared)) or "none"

@@ -1,9 +1,9 @@
-"""Re-export: the RL stage lives in :mod:`comlrl.trainers.core.policy_learning`, the online RL trainer base
-in :mod:`comlrl.trainers.core.online_rl` and the critic sources in :mod:`comlrl.trainers.core.critics`."""
+"""Re-export: the RL stage lives in :mod:`comlrl.trainers.online_rl.policy_learning`, the online RL trainer base
+in :mod:`comlrl.trainers.online_rl.trainer` and the critic sources in :mod:`comlrl.trainers.online_rl.critics`."""
 
-from comlrl.trainers.core.critics import resolve_critic_sources
-from comlrl.trainers.core.online_rl import OnlineRLTrainer
-from comlrl.trainers.core.policy_learning import (
+from comlrl.trainers.online_rl.critics import resolve_critic_sources
+from comlrl.trainers.online_rl.trainer import OnlineRLTrainer
+from comlrl.trainers.online_rl.policy_learning import (
     MAGRPO_FAMILY,
     AgentLoss,
     PolicyLearner,

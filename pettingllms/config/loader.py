@@ -42,7 +42,7 @@ from typing import Any
 import yaml
 
 from comlrl.atomic_io import atomic_write_text
-from comlrl.trainers.core.validation import closest_name
+from comlrl.validation import closest_name
 from pettingllms.config.env_section import ENV_KEYS, STAGE_SET_ENV_FIELDS, env_arguments
 from pettingllms.config.errors import ConfigError
 from pettingllms.config.imports import IMPORTS_KEY, check_module_names, import_modules, merged_imports

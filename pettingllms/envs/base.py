@@ -26,7 +26,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
-from comlrl.trainers.core.validation import strict_from_dict
+from comlrl.validation import strict_from_dict
 from pettingllms.agents.failures import NotCopyableError, StepTimeoutError
 
 

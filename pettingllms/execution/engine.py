@@ -39,7 +39,7 @@ from typing import Any
 
 from comlrl.rollout.types import Completion, GenerationRequest, SamplingParams
 from comlrl.seeding import derive_seed
-from comlrl.trainers.core.validation import strict_from_dict
+from comlrl.validation import strict_from_dict
 from pettingllms.agents.failures import MODEL_FAILURES, FailureBudget, InfrastructureError
 from pettingllms.envs.base import StepResult
 from pettingllms.execution.independent import EvalResult, assign_returns, summarize_eval

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 from comlrl.rollout.types import FINISH_STOP, Completion, GenerationRequest, SamplingParams
 from comlrl.seeding import derive_seed
-from comlrl.trainers.core.validation import strict_from_dict
+from comlrl.validation import strict_from_dict
 from pettingllms.execution.router import Router
 
 __all__ = [

@@ -160,7 +160,7 @@ def scripted_policy_name(spec: str) -> str:
         return spec[len(SCRIPTED_PREFIX):]
     if spec in SHORT_SCRIPTED:
         return spec
-    from comlrl.trainers.core.validation import closest_name
+    from comlrl.validation import closest_name
 
     close = closest_name(spec, [*SHORT_SCRIPTED, API_POLICY])
     guess = f"did you mean {close!r}? " if close else ""

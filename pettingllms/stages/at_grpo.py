@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from comlrl.seeding import derive_seed
-from comlrl.trainers.core.validation import check_float, check_int
+from comlrl.validation import check_float, check_int
 from pettingllms.config.loader import ConfigError, section_to_dataclass
 from pettingllms.stages.context import StageContext, workflow_env
 from pettingllms.stages.eval import eval_plan, evaluate_benchmarks

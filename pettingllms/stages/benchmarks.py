@@ -104,7 +104,7 @@ def may_differ_text(env_name: str) -> str:
 
 def _entry(env_name: str, name: str, entry: Any, env: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """A checked entry split into ``{"eval": ..., "rollout": ..., "env": ...}``."""
-    from comlrl.trainers.core.validation import closest_name
+    from comlrl.validation import closest_name
 
     where = f"eval.benchmarks.{name}"
     if entry is None:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from comlrl.trainers.core.validation import check_choice
+from comlrl.validation import check_choice
 from pettingllms.stages.context import StageContext
 from pettingllms.stages.env_oracle import STAGE_ONLY_KEYS as STAGE_ONLY_KEYS  # re-exported: it lived here
 from pettingllms.stages.env_oracle import EnvOracle, preference_items

@@ -18,7 +18,7 @@ from typing import Any
 
 from comlrl.reporting import normalize_report_to
 from comlrl.rl import LOSS_TYPES, SCALE_REWARDS
-from comlrl.trainers.core.validation import StrictFromDict, check_choice, check_float, check_int, help_field
+from comlrl.validation import StrictFromDict, check_choice, check_float, check_int, help_field
 from pettingllms.execution import POLICY_LEVELS, SAMPLING_MODES, TRAJECTORY_RETURNS
 from pettingllms.execution.transcripts import check_state_max_chars
 

@@ -45,7 +45,7 @@ from comlrl.rollout.hf import eos_token_ids, pad_token_id
 from comlrl.rollout.prompts import render_prompt
 from comlrl.scoring import completion_logprobs
 from comlrl.seeding import derive_seed
-from comlrl.trainers.core.validation import check_float, check_int
+from comlrl.validation import check_float, check_int
 from pettingllms.trainer import distributed as dist
 from pettingllms.trainer import fsdp
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from comlrl.trainers.actor_critic import IACConfig, IACTrainer, MAACConfig, MAACTrainer
-from comlrl.trainers.core.critics import ValueModel, agent_critic_text, joint_critic_text
+from comlrl.trainers.online_rl.critics import ValueModel, agent_critic_text, joint_critic_text
 from tests.helpers.trainer_helpers import plan_items
 from tests.helpers.trainer_helpers import varied_reward as reward
 

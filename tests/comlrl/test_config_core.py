@@ -21,8 +21,8 @@ from comlrl.trainers.core.config import (
     ValueHeadFields,
 )
 from comlrl.trainers.core.optimization import TrainingKnobFields
-from comlrl.trainers.core.rl_config import OnlineRLConfig
-from comlrl.trainers.core.validation import (
+from comlrl.trainers.online_rl.config import OnlineRLConfig
+from comlrl.validation import (
     StrictFromDict,
     canonical_choice,
     check_bool,

@@ -15,7 +15,7 @@ import torch
 
 from comlrl.rl import agent_candidate_returns, joint_indices, rewards_to_go, td_targets, tree_returns
 from comlrl.trainers.actor_critic import IACConfig, IACTrainer, MAACConfig, MAACTrainer
-from comlrl.trainers.core import multi_turn
+from comlrl.trainers.online_rl import multi_turn
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 
 ITEMS = [{"prompt": f"Plan step {i}:"} for i in range(2)]

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from comlrl.trainers.actor_critic import IACConfig, IACTrainer, MAACConfig, MAACTrainer
-from comlrl.trainers.core.critics import check_critic_sources
+from comlrl.trainers.online_rl.critics import check_critic_sources
 from comlrl.trainers.core.team import resolve_formatters
 from comlrl.trainers.preference import (
     MADPOConfig,

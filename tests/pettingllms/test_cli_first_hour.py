@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from comlrl.models import MissingOptionalModel, ModelNotFoundError
-from comlrl.trainers.core.validation import StrictFromDict
+from comlrl.validation import StrictFromDict
 from pettingllms import pipeline
 from pettingllms.cli import build_parser, main
 from pettingllms.config import CONFIG_DIR, ConfigError, find_config, load_config

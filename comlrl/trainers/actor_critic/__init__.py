@@ -15,7 +15,7 @@ _LAZY = {
     "ActorCriticTrainerBase": ("comlrl.trainers.actor_critic.iac", "ActorCriticTrainer"),
     "IACTrainer": ("comlrl.trainers.actor_critic.iac", "IACTrainer"),
     "MAACTrainer": ("comlrl.trainers.actor_critic.maac", "MAACTrainer"),
-    "ValueModel": ("comlrl.trainers.core.critics", "ValueModel"),
+    "ValueModel": ("comlrl.trainers.online_rl.critics", "ValueModel"),
 }
 
 __all__ = [

@@ -1,7 +1,7 @@
 """Configuration of the single-turn actor-critic trainers: :class:`IACConfig` and :class:`MAACConfig`.
 
 Field names and defaults follow the public CoMLRL 1.4.3 configs. The shared fields are those of
-:class:`~comlrl.trainers.core.rl_config.OnlineRLConfig`, the critic fields those of
+:class:`~comlrl.trainers.online_rl.config.OnlineRLConfig`, the critic fields those of
 :class:`~comlrl.trainers.core.config.CriticFields` (and, for IAC,
 :class:`~comlrl.trainers.core.config.ValueHeadFields`).
 """
@@ -13,8 +13,8 @@ from typing import ClassVar
 
 from comlrl.rl import CRITIC_TYPES
 from comlrl.trainers.core.config import CriticFields, TrainerConfig, ValueHeadFields
-from comlrl.trainers.core.rl_config import OnlineRLConfig
-from comlrl.trainers.core.validation import (
+from comlrl.trainers.online_rl.config import OnlineRLConfig
+from comlrl.validation import (
     canonical_choice,
     check_device_count,
     override_field,
@@ -45,7 +45,7 @@ class ActorCriticConfig(CriticFields, OnlineRLConfig):
     )
 
     # The public IAC / MAAC constructor rules, read by the team and critic builders (core.team,
-    # core.critics): `agents` must hold `num_agents` models and come with a tokenizer, and the critic
+    # online_rl.critics): `agents` must hold `num_agents` models and come with a tokenizer, and the critic
     # sources follow the public actor-critic wording.
     actor_critic_constructor_rules: ClassVar[bool] = True
 

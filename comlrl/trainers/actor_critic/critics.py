@@ -1,5 +1,5 @@
-"""Re-export: the critics live in :mod:`comlrl.trainers.core.critics` (MARLHF's RL stage uses them too)."""
+"""Re-export: the critics live in :mod:`comlrl.trainers.online_rl.critics` (MARLHF's RL stage uses them too)."""
 
-from comlrl.trainers.core.critics import ValueModel, agent_critic_text, joint_critic_text
+from comlrl.trainers.online_rl.critics import ValueModel, agent_critic_text, joint_critic_text
 
 __all__ = ["ValueModel", "agent_critic_text", "joint_critic_text"]

@@ -1,13 +1,13 @@
 """IAC: Independent Actor-Critic on the task reward (and the constructor shared with MAAC).
 
-The update is :class:`~comlrl.trainers.core.policy_learning.PolicyLearner`'s: per item every agent samples
+The update is :class:`~comlrl.trainers.online_rl.policy_learning.PolicyLearner`'s: per item every agent samples
 ``num_generations`` responses; agent i's critic (a separate model with a value head, or a value head on
 agent i's own model with ``use_separate_critic=False``) reads agent i's prompt (and response, for
 ``critic_type="q"``); the advantage ``R − V(h_i)`` (or ``Q − mean Q``) weights agent i's log-probs, and the
 critic is fit to ``R``. Critics and their optimizers live as long as the trainer and are checkpointed.
 Multi-turn (``num_turns > 1`` with an ``external_transition``, ``num_generations == 1``): one trajectory per
 item; ``R`` becomes the one-step target ``r_t + discount · V(h_{t+1})`` (values at collection) and the
-advantage ``target − V(h_t)`` (:mod:`comlrl.trainers.core.multi_turn`).
+advantage ``target − V(h_t)`` (:mod:`comlrl.trainers.online_rl.multi_turn`).
 
 Non-finite numbers (both actor-critic trainers): an item with a NaN / inf reward is dropped
 (``nonfinite_rewards_dropped``); a non-finite loss, log-prob, critic value or value loss skips the update of
@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from comlrl.trainers.actor_critic.config import IACConfig
-from comlrl.trainers.core.critics import check_critic_sources
-from comlrl.trainers.core.online_rl import OnlineRLTrainer
+from comlrl.trainers.online_rl.critics import check_critic_sources
+from comlrl.trainers.online_rl.trainer import OnlineRLTrainer
 
 __all__ = ["ActorCriticTrainer", "IACTrainer"]
 

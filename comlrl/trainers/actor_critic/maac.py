@@ -1,7 +1,7 @@
 """MAAC: Multi-Agent Actor-Critic with one centralized critic, on the task reward (single- or multi-turn, as
 IAC: :mod:`comlrl.trainers.actor_critic.iac`).
 
-The update is :class:`~comlrl.trainers.core.policy_learning.PolicyLearner`'s: one critic reads the joint text
+The update is :class:`~comlrl.trainers.online_rl.policy_learning.PolicyLearner`'s: one critic reads the joint text
 (``[Agent i] prompt`` blocks; for ``critic_type="q"`` also the ``[Joint Action]``) and its advantage
 ``R − V(h)`` (or ``Q − mean Q``) weights every agent's log-probs; the critic is fit to the joint reward
 ``R``. The critic and its optimizer live as long as the trainer and are checkpointed.

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 from comlrl.reporting import normalize_report_to
 from comlrl.rl import CRITIC_TYPES, KL_ESTIMATORS, LOSS_TYPES
 from comlrl.trainers.core.optimization import TrainingKnobFields
-from comlrl.trainers.core.validation import (
+from comlrl.validation import (
     StrictFromDict,
     canonical_choice,
     check_bool,

@@ -1,8 +1,8 @@
 """The public CoMLRL library's ``DeviceScheduler``: device specs (``None`` / ``"auto"``, one device, or a
 list of 1 or n) turned into one ``torch.device`` per model, with its rules and sentences.
 
-comlrl's configs check the same specs when they are built (:func:`comlrl.trainers.core.validation.check_devices`,
-:func:`~comlrl.trainers.core.validation.check_device_count`, whose messages hold these sentences) and the
+comlrl's configs check the same specs when they are built (:func:`comlrl.validation.check_devices`,
+:func:`~comlrl.validation.check_device_count`, whose messages hold these sentences) and the
 trainers place agents with :func:`comlrl.trainers.core.team.resolve_devices`; this class is for users'
 scripts and for the public reference-KL helpers (:mod:`comlrl.trainers.core.reference_kl`).
 """

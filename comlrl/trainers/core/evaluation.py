@@ -93,7 +93,7 @@ def evaluate_items(trainer: Any, items: Sequence[Any]) -> dict[str, float]:
 def _play(trainer: Any, items: list[Any], indices: list[int], turns: int) -> list[list[tuple[Any, float]]]:
     """Per item, ``[(the turn's ItemSample, its task reward), ...]``."""
     if turns > 1:
-        from comlrl.trainers.core.multi_turn import play_trajectories
+        from comlrl.trainers.online_rl.multi_turn import play_trajectories
 
         trajectories = play_trajectories(trainer, items, indices, stream="eval", step=trainer.eval_count,
                                          early_termination=False, oracle=trainer.task_oracle)

@@ -52,7 +52,7 @@ from typing import Any
 import torch
 
 from comlrl.trainers.core.trainer_core import TrainerPart
-from comlrl.trainers.core.validation import check_bool, check_float, check_int, help_field, warn
+from comlrl.validation import check_bool, check_float, check_int, help_field, warn
 
 __all__ = [
     "LR_SCHEDULER_TYPES",

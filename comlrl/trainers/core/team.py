@@ -4,7 +4,7 @@ special tokens (``model_config``), tokenizers, a LoRA arrangement (``lora_config
 plus the prompt formatters, the datasets as item lists, and the team's public on-disk layout (``agent_i/``).
 
 Every keyword is checked before any model is loaded, and where the public CoMLRL library rejects a value its
-sentence is part of the message (:func:`~comlrl.trainers.core.validation.public_wording`). A config with
+sentence is part of the message (:func:`~comlrl.validation.public_wording`). A config with
 ``actor_critic_constructor_rules`` (the IAC / MAAC configs) also gets the public actor-critic rules:
 ``agents`` holds exactly ``num_agents`` models and comes with a ``tokenizer``."""
 
@@ -23,7 +23,7 @@ from torch import nn
 
 from comlrl.policy import MultiAgentPolicy
 from comlrl.trainers.core.device_scheduler import DeviceScheduler
-from comlrl.trainers.core.validation import public_wording
+from comlrl.validation import public_wording
 
 __all__ = [
     "agent_count",

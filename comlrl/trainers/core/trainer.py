@@ -72,7 +72,7 @@ from comlrl.trainers.core.train_options import (
     plan_checkpoints,
 )
 from comlrl.trainers.core.trainer_core import TrainerCore
-from comlrl.trainers.core.validation import public_wording
+from comlrl.validation import public_wording
 from comlrl.trainers.core.vllm_fields import generation_backend
 from comlrl.trainers.core.wandb_config import apply_wandb_config, wandb_init_kwargs, wandb_run_config
 
@@ -97,7 +97,7 @@ class MultiAgentTrainerBase(TrainerCore):
         formatters: None (``item["prompt"]``), one callable for every agent, or one per agent; each
             returns the agent's prompt as text or as chat messages (rendered with the chat template).
         external_transition: the online RL trainers' multi-turn transition (see
-            :mod:`comlrl.trainers.core.multi_turn`); the preference trainers take None.
+            :mod:`comlrl.trainers.online_rl.multi_turn`); the preference trainers take None.
         wandb_config: a dict adds ``"wandb"`` to ``args.report_to`` and goes to ``wandb.init``.
         eval_logger, eval_aggregator: per-item evaluation metrics and their aggregation (under ``eval/``).
         args: the trainer's config; None uses its defaults.

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from comlrl.trainers.core.validation import help_field
+from comlrl.validation import help_field
 
 __all__ = ["VLLMFields", "generation_backend"]
 

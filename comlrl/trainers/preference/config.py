@@ -31,7 +31,7 @@ from comlrl.trainers.core.config import (
     TrainerConfig,
     ValueHeadFields,
 )
-from comlrl.trainers.core.validation import (
+from comlrl.validation import (
     canonical_choice,
     check_bool,
     check_devices,

@@ -11,7 +11,7 @@ from typing import Any
 
 from comlrl.rollout.api import KNOWN_FORMATS
 from comlrl.trainers.core.config import COLLABORATION_MODES, GENERATION_MODE_ALIASES
-from comlrl.trainers.core.validation import (
+from comlrl.validation import (
     canonical_choice,
     check_bool,
     check_device_count,

@@ -10,7 +10,7 @@ The base trainer, top to bottom:
    them; log ``reward_model/loss``, ``reward_model/accuracy``, ``reward_model/eval_loss``,
    ``reward_model/eval_accuracy`` (held-out pairwise accuracy) and ``reward_model/truncated``;
 3. freeze it and run ``num_train_epochs`` epochs of the RL stage
-   (:class:`~comlrl.trainers.core.policy_learning.PolicyLearner`, backend ``rl_algorithm``) with the reward
+   (:class:`~comlrl.trainers.online_rl.policy_learning.PolicyLearner`, backend ``rl_algorithm``) with the reward
    model's scores (no gradients, one batched forward per rollout buffer) replacing the task reward.
 
 Non-finite numbers: a fit step with a non-finite Bradley–Terry loss is skipped (counted in
@@ -42,7 +42,7 @@ from typing import Any
 from comlrl.checkpoint import extra_dir
 from comlrl.seeding import derive_seed
 from comlrl.trainers.core.oracle import Oracle
-from comlrl.trainers.core.policy_learning import PolicyLearner, RewardFn
+from comlrl.trainers.online_rl.policy_learning import PolicyLearner, RewardFn
 from comlrl.trainers.core.sampling import ItemSample
 from comlrl.trainers.core.train_options import UNSET
 from comlrl.trainers.preference.base import PreferenceTrainerBase

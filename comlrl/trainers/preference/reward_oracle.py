@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from comlrl.trainers.core.validation import check_int
+from comlrl.validation import check_int
 
 logger = logging.getLogger("comlrl.trainers.preference.reward_model")  # the reward model's log, as before
 

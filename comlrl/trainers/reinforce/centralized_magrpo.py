@@ -22,7 +22,7 @@ from typing import Any
 
 from comlrl.trainers.core.centralized import CentralizedCollaboration
 from comlrl.trainers.core.config import GENERATION_MODE_ALIASES, TrainerConfig
-from comlrl.trainers.core.validation import check_int, help_field, override_field
+from comlrl.validation import check_int, help_field, override_field
 from comlrl.trainers.reinforce.config import MAGRPOConfig
 from comlrl.trainers.reinforce.magrpo import MAGRPOTrainer
 

@@ -1,7 +1,7 @@
 """Configuration of the MAGRPO family of online multi-agent RL trainers: :class:`MAGRPOConfig`.
 
 The fields it shares with the actor-critic configs are those of
-:class:`~comlrl.trainers.core.rl_config.OnlineRLConfig` (re-exported here with ``SINGLE_TURN_NOTE``).
+:class:`~comlrl.trainers.online_rl.config.OnlineRLConfig` (re-exported here with ``SINGLE_TURN_NOTE``).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from comlrl.rl import ESTIMATORS
 from comlrl.trainers.core.config import TrainerConfig
-from comlrl.trainers.core.rl_config import SINGLE_TURN_NOTE, OnlineRLConfig
-from comlrl.trainers.core.validation import canonical_choice, help_field, override_field, public_wording
+from comlrl.trainers.online_rl.config import SINGLE_TURN_NOTE, OnlineRLConfig
+from comlrl.validation import canonical_choice, help_field, override_field, public_wording
 
 __all__ = ["MAGRPOConfig", "OnlineRLConfig", "SINGLE_TURN_NOTE"]
 

@@ -1,6 +1,6 @@
 """MAGRPO family trainer: multi-agent REINFORCE with a group baseline, on the task reward.
 
-The update is :class:`~comlrl.trainers.core.policy_learning.PolicyLearner`'s (the same code MARLHF runs on its
+The update is :class:`~comlrl.trainers.online_rl.policy_learning.PolicyLearner`'s (the same code MARLHF runs on its
 learned reward): per item every agent samples ``num_generations`` responses (one generate call per rollout
 buffer), the task reward scores the joint responses, advantages come from
 :func:`comlrl.rl.compute_advantages` with ``advantage_mode`` (mean / raw / rloo / max), and each agent
@@ -8,7 +8,7 @@ minimises ``policy_gradient_loss`` over its own sampled tokens (padding masked).
 ``advantage_normalization=True`` (the public default) the four baselines give identical advantages.
 
 Multi-turn (``num_turns > 1``, the public default 2, with an ``external_transition``): each item's rollout tree
-(:mod:`comlrl.trainers.core.multi_turn`): every node is a group whose returns are its rewards plus the
+(:mod:`comlrl.trainers.online_rl.multi_turn`): every node is a group whose returns are its rewards plus the
 discounted mean return of its children; the update goes turn by turn over the buffer's nodes.
 
 An item with a NaN / inf reward is dropped with its group (``nonfinite_rewards_dropped``); a non-finite loss
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from comlrl.trainers.core.online_rl import OnlineRLTrainer
+from comlrl.trainers.online_rl.trainer import OnlineRLTrainer
 from comlrl.trainers.reinforce.config import MAGRPOConfig
 
 __all__ = ["MAGRPOTrainer"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from comlrl.trainers.core.config import TrainerConfig
-from comlrl.trainers.core.validation import override_field
+from comlrl.validation import override_field
 from comlrl.trainers.reinforce.config import MAGRPOConfig
 from comlrl.trainers.reinforce.magrpo import MAGRPOTrainer
 

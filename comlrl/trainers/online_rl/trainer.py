@@ -1,13 +1,13 @@
 """Online RL on the task reward: the trainer base of MAGRPO (``reinforce/``), IAC and MAAC
 (``actor_critic/``), which differ only in their configs and public constructors; single-turn or multi-turn
-(``num_turns > 1`` with an ``external_transition``: :mod:`comlrl.trainers.core.multi_turn`)."""
+(``num_turns > 1`` with an ``external_transition``: :mod:`comlrl.trainers.online_rl.multi_turn`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from comlrl.trainers.core.policy_learning import PolicyLearner, task_reward_fn
+from comlrl.trainers.online_rl.policy_learning import PolicyLearner, task_reward_fn
 from comlrl.trainers.core.train_options import CheckpointPlan
 from comlrl.trainers.core.trainer import MultiAgentTrainerBase
 

@@ -34,7 +34,7 @@ from torch import nn
 
 from comlrl.seeding import derive_seed
 from comlrl.trainers.core.models import hidden_size, last_token_index
-from comlrl.trainers.core.validation import public_wording
+from comlrl.validation import public_wording
 
 # The public library's sentence for a MARLHF critic without a source.
 _MARLHF_MISSING_CRITIC = (

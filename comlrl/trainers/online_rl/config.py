@@ -6,7 +6,7 @@ Field names and defaults follow the public CoMLRL 1.4.3 ``MAGRPOConfig`` (``agen
 ``advantage_normalization``, ``parallel_training``, ``agent_devices``, ...), the multi-turn ones included:
 ``num_turns=2`` (so a trainer needs an ``external_transition``, or ``num_turns=1``), ``discount=1.0``,
 ``early_termination_threshold=-0.2``, ``joint_mode="aligned"`` (or ``"cross"``), ``external_prompt_passthrough``
-(see :mod:`comlrl.trainers.core.multi_turn`).
+(see :mod:`comlrl.trainers.online_rl.multi_turn`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from comlrl.trainers.core.config import RLStageFields, TrainerConfig
-from comlrl.trainers.core.validation import canonical_choice, check_int, override_field
+from comlrl.validation import canonical_choice, check_int, override_field
 from comlrl.trainers.core.vllm_fields import VLLMFields
 
 __all__ = ["MULTI_TURN_JOINT_MODES", "SINGLE_TURN_NOTE", "OnlineRLConfig"]

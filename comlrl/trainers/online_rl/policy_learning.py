@@ -68,7 +68,7 @@ from comlrl.rl import (
     policy_gradient_loss,
     value_loss,
 )
-from comlrl.trainers.core.critics import ValueModel, agent_critic_text, build_critics, joint_critic_text
+from comlrl.trainers.online_rl.critics import ValueModel, agent_critic_text, build_critics, joint_critic_text
 from comlrl.trainers.core.models import pad_token_id, scoring_mode
 from comlrl.trainers.core.optimization import accumulated_steps, epoch_micro_batches
 from comlrl.trainers.core.oracle import NonFiniteRewardError
@@ -130,7 +130,7 @@ class PolicyLearner(TrainerPart):
             ``train_batch_size``, ``advantage_normalization``, ``loss_type`` and the reference-KL and critic
             fields (``MARLHFConfig``, ``MAGRPOConfig``, ``IACConfig``, ``MAACConfig``).
         critic_model / critics: critic sources for maac / iac (see
-            :func:`~comlrl.trainers.core.critics.resolve_critic_sources`).
+            :func:`~comlrl.trainers.online_rl.critics.resolve_critic_sources`).
         metrics_callback: ``f(records) -> {name: value}``, called per update with one record per joint
             response (``item``, ``prompts``, ``completions``, ``reward``); its values are logged.
 
@@ -206,7 +206,7 @@ class PolicyLearner(TrainerPart):
         ``in_epoch`` counts the buffers done (a ``save_steps`` checkpoint may follow); the epoch ends a step."""
         args, trainer = self.args, self.trainer
         if int(getattr(args, "num_turns", 1)) > 1:
-            from comlrl.trainers.core.multi_turn import train_multi_turn_epoch
+            from comlrl.trainers.online_rl.multi_turn import train_multi_turn_epoch
 
             train_multi_turn_epoch(
                 self, items, epoch=epoch, round_index=round_index, desc=desc, start_buffer=start_buffer
@@ -266,7 +266,7 @@ class PolicyLearner(TrainerPart):
         """One update of every agent (and critic) on ``samples``; returns its metrics (None when skipped).
 
         ``rewards[i]`` are item i's rewards (its K joint responses). A multi-turn update
-        (:mod:`comlrl.trainers.core.multi_turn`) also gives the ``turn`` (0-based, for the ``turn_t/``
+        (:mod:`comlrl.trainers.online_rl.multi_turn`) also gives the ``turn`` (0-based, for the ``turn_t/``
         metrics), ``agent_returns[a][i]`` (agent a's returns of item i's candidates, else ``rewards``),
         ``old_values[c][i]`` (the critics' values at collection: the advantage is then
         ``returns - old_values``) and the ``env_steps`` it consumed (else items x K)."""

@@ -234,7 +234,7 @@ def play_trajectories(
 def train_multi_turn_epoch(
     learner: Any, items: Sequence[Any], *, epoch: int, round_index: int, desc: str, start_buffer: int = 0
 ) -> None:
-    """One multi-turn pass of :class:`~comlrl.trainers.core.policy_learning.PolicyLearner` over ``items`` from
+    """One multi-turn pass of :class:`~comlrl.trainers.online_rl.policy_learning.PolicyLearner` over ``items`` from
     buffer ``start_buffer``: per buffer of ``rollout_buffer_size`` items, play its episodes (trees or
     trajectories), then update turn by turn (turn 1 first), ``train_batch_size`` nodes (turns) per update.
     Data parallel: each rank plays its shard of the buffer's items and trains on the rows it holds of each
