@@ -2,7 +2,6 @@
 in :mod:`comlrl.trainers.online_rl.trainer` and the critic sources in :mod:`comlrl.trainers.online_rl.critics`."""
 
 from comlrl.trainers.online_rl.critics import resolve_critic_sources
-from comlrl.trainers.online_rl.trainer import OnlineRLTrainer
 from comlrl.trainers.online_rl.policy_learning import (
     MAGRPO_FAMILY,
     AgentLoss,
@@ -10,6 +9,7 @@ from comlrl.trainers.online_rl.policy_learning import (
     RewardFn,
     task_reward_fn,
 )
+from comlrl.trainers.online_rl.trainer import OnlineRLTrainer
 
 __all__ = [
     "AgentLoss",

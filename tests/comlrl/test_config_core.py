@@ -20,8 +20,10 @@ from comlrl.trainers.core.config import (
     TrainerConfig,
     ValueHeadFields,
 )
-from comlrl.trainers.core.optimization import TrainingKnobFields
+from comlrl.trainers.core.training_knobs import TrainingKnobFields
 from comlrl.trainers.online_rl.config import OnlineRLConfig
+from comlrl.trainers.preference.config import MADPOConfig, MADPOIterConfig, MARLHFConfig, MARLHFIterConfig
+from comlrl.trainers.reinforce.config import MAGRPOConfig
 from comlrl.validation import (
     StrictFromDict,
     canonical_choice,
@@ -38,8 +40,6 @@ from comlrl.validation import (
     override_field,
     strict_from_dict,
 )
-from comlrl.trainers.preference.config import MADPOConfig, MADPOIterConfig, MARLHFConfig, MARLHFIterConfig
-from comlrl.trainers.reinforce.config import MAGRPOConfig
 from pettingllms.envs.base import EnvConfig
 from pettingllms.execution.engine import EngineConfig
 from pettingllms.execution.policies import PolicyConfig

@@ -23,8 +23,8 @@ import pytest
 import torch
 
 from comlrl.trainers.actor_critic import IACConfig, IACTrainer, MAACConfig, MAACTrainer
-from comlrl.trainers.online_rl.critics import check_critic_sources
 from comlrl.trainers.core.team import resolve_formatters
+from comlrl.trainers.online_rl.critics import check_critic_sources
 from comlrl.trainers.preference import (
     MADPOConfig,
     MADPOIterConfig,

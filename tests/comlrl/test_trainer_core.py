@@ -120,11 +120,11 @@ def test_old_module_paths_re_export_the_core():
     from comlrl.trainers import base, policy_learning
     from comlrl.trainers.actor_critic import critics
     from comlrl.trainers.core import centralized, oracle
+    from comlrl.trainers.core.sampling import ItemSample
+    from comlrl.trainers.core.trainer import MultiAgentTrainerBase
     from comlrl.trainers.online_rl import critics as core_critics
     from comlrl.trainers.online_rl import policy_learning as rl
     from comlrl.trainers.online_rl.trainer import OnlineRLTrainer
-    from comlrl.trainers.core.sampling import ItemSample
-    from comlrl.trainers.core.trainer import MultiAgentTrainerBase
     from comlrl.trainers.preference import iterative, madpo
     from comlrl.trainers.preference import oracle as preference_oracle
     from comlrl.trainers.preference.comparators import centralized as comparator_centralized

@@ -16,8 +16,8 @@ import torch
 
 from comlrl.rl import finite_group_mask, is_finite, nonfinite_names
 from comlrl.trainers.actor_critic import IACConfig, IACTrainer
-from comlrl.trainers.online_rl import policy_learning
 from comlrl.trainers.core.nonfinite import NonFiniteError, NonFiniteGuard
+from comlrl.trainers.online_rl import policy_learning
 from comlrl.trainers.preference import MADPOConfig, MADPOTrainer, MARLHFConfig, MARLHFTrainer
 from comlrl.trainers.preference import reward_model as reward_model_module
 from comlrl.trainers.preference.reward_model import JointRewardModel

@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 from comlrl.reporting import normalize_report_to
 from comlrl.rl import CRITIC_TYPES, KL_ESTIMATORS, LOSS_TYPES
-from comlrl.trainers.core.optimization import TrainingKnobFields
+from comlrl.trainers.core.training_knobs import TrainingKnobFields
 from comlrl.validation import (
     StrictFromDict,
     canonical_choice,

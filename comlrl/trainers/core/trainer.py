@@ -72,9 +72,9 @@ from comlrl.trainers.core.train_options import (
     plan_checkpoints,
 )
 from comlrl.trainers.core.trainer_core import TrainerCore
-from comlrl.validation import public_wording
 from comlrl.trainers.core.vllm_fields import generation_backend
 from comlrl.trainers.core.wandb_config import apply_wandb_config, wandb_init_kwargs, wandb_run_config
+from comlrl.validation import public_wording
 
 logger = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from comlrl.trainers.core.config import RLStageFields, TrainerConfig
-from comlrl.validation import canonical_choice, check_int, override_field
 from comlrl.trainers.core.vllm_fields import VLLMFields
+from comlrl.validation import canonical_choice, check_int, override_field
 
 __all__ = ["MULTI_TURN_JOINT_MODES", "SINGLE_TURN_NOTE", "OnlineRLConfig"]
 

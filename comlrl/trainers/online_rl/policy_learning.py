@@ -68,7 +68,6 @@ from comlrl.rl import (
     policy_gradient_loss,
     value_loss,
 )
-from comlrl.trainers.online_rl.critics import ValueModel, agent_critic_text, build_critics, joint_critic_text
 from comlrl.trainers.core.models import pad_token_id, scoring_mode
 from comlrl.trainers.core.optimization import accumulated_steps, epoch_micro_batches
 from comlrl.trainers.core.oracle import NonFiniteRewardError
@@ -76,6 +75,7 @@ from comlrl.trainers.core.reference import ReferencePolicy, shaped_rewards
 from comlrl.trainers.core.sampling import ItemSample
 from comlrl.trainers.core.trainer import MultiAgentTrainerBase
 from comlrl.trainers.core.trainer_core import TrainerPart
+from comlrl.trainers.online_rl.critics import ValueModel, agent_critic_text, build_critics, joint_critic_text
 
 logger = logging.getLogger(__name__)
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from comlrl.trainers.online_rl.policy_learning import PolicyLearner, task_reward_fn
 from comlrl.trainers.core.train_options import CheckpointPlan
 from comlrl.trainers.core.trainer import MultiAgentTrainerBase
+from comlrl.trainers.online_rl.policy_learning import PolicyLearner, task_reward_fn
 
 __all__ = ["OnlineRLTrainer"]
 

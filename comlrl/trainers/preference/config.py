@@ -31,6 +31,14 @@ from comlrl.trainers.core.config import (
     TrainerConfig,
     ValueHeadFields,
 )
+from comlrl.trainers.core.vllm_fields import VLLMFields
+from comlrl.trainers.preference.iterative_config import (
+    API_FORMAT_ALIASES,
+    COMPARATOR_POLICIES,
+    COMPARATOR_POLICY_ALIASES,
+    _IterativePreferenceConfig,
+)
+from comlrl.trainers.preference.pairs import validate_pair_selection
 from comlrl.validation import (
     canonical_choice,
     check_bool,
@@ -43,14 +51,6 @@ from comlrl.validation import (
     public_wording,
     warn,
 )
-from comlrl.trainers.core.vllm_fields import VLLMFields
-from comlrl.trainers.preference.iterative_config import (
-    API_FORMAT_ALIASES,
-    COMPARATOR_POLICIES,
-    COMPARATOR_POLICY_ALIASES,
-    _IterativePreferenceConfig,
-)
-from comlrl.trainers.preference.pairs import validate_pair_selection
 
 __all__ = [
     "API_FORMAT_ALIASES",

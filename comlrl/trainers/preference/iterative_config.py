@@ -11,6 +11,7 @@ from typing import Any
 
 from comlrl.rollout.api import KNOWN_FORMATS
 from comlrl.trainers.core.config import COLLABORATION_MODES, GENERATION_MODE_ALIASES
+from comlrl.trainers.preference.replay import normalize_replay_mode, validate_replay_options
 from comlrl.validation import (
     canonical_choice,
     check_bool,
@@ -25,7 +26,6 @@ from comlrl.validation import (
     public_wording,
     warn,
 )
-from comlrl.trainers.preference.replay import normalize_replay_mode, validate_replay_options
 
 __all__ = ["API_FORMAT_ALIASES", "COMPARATOR_POLICIES", "COMPARATOR_POLICY_ALIASES"]
 

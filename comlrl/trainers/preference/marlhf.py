@@ -42,9 +42,9 @@ from typing import Any
 from comlrl.checkpoint import extra_dir
 from comlrl.seeding import derive_seed
 from comlrl.trainers.core.oracle import Oracle
-from comlrl.trainers.online_rl.policy_learning import PolicyLearner, RewardFn
 from comlrl.trainers.core.sampling import ItemSample
 from comlrl.trainers.core.train_options import UNSET
+from comlrl.trainers.online_rl.policy_learning import PolicyLearner, RewardFn
 from comlrl.trainers.preference.base import PreferenceTrainerBase
 from comlrl.trainers.preference.config import MARLHFConfig, MARLHFIterConfig
 from comlrl.trainers.preference.records import PreferencePair

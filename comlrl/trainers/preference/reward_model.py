@@ -65,8 +65,8 @@ from comlrl.seeding import derive_seed
 from comlrl.trainers.core.models import hidden_size, last_token_index
 from comlrl.trainers.core.nonfinite import SETTING, NonFiniteError
 from comlrl.trainers.core.optimization import GradientSteps, accumulated_steps
-from comlrl.validation import check_choice, check_int
 from comlrl.trainers.preference.reward_oracle import RewardModelOracle, truncation_message
+from comlrl.validation import check_choice, check_int
 
 logger = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ from typing import Any
 
 from comlrl.trainers.core.centralized import CentralizedCollaboration
 from comlrl.trainers.core.config import GENERATION_MODE_ALIASES, TrainerConfig
-from comlrl.validation import check_int, help_field, override_field
 from comlrl.trainers.reinforce.config import MAGRPOConfig
 from comlrl.trainers.reinforce.magrpo import MAGRPOTrainer
+from comlrl.validation import check_int, help_field, override_field
 
 __all__ = ["CentralizedMAGRPOConfig", "CentralizedMAGRPOTrainer"]
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from comlrl.trainers.core.config import TrainerConfig
-from comlrl.validation import override_field
 from comlrl.trainers.reinforce.config import MAGRPOConfig
 from comlrl.trainers.reinforce.magrpo import MAGRPOTrainer
+from comlrl.validation import override_field
 
 __all__ = ["MAREINFORCEConfig", "MAREINFORCETrainer"]
 

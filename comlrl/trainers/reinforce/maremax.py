@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from comlrl.trainers.core.config import TrainerConfig
-from comlrl.validation import override_field
 from comlrl.trainers.reinforce.config import MAGRPOConfig
 from comlrl.trainers.reinforce.magrpo import MAGRPOTrainer
 from comlrl.trainers.reinforce.mareinforce import magrpo_family_args
+from comlrl.validation import override_field
 
 __all__ = ["MAReMaxConfig", "MAReMaxTrainer"]
 
