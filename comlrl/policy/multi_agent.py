@@ -45,7 +45,7 @@ import torch
 from torch import nn
 
 from comlrl.atomic_io import atomic_replace_dir, atomic_write_json, scratch_dir, write_error
-from comlrl.policy.lora import (
+from comlrl.models.lora import (
     adapter_parameters,
     load_adapter_weights_,
     load_lora_model,

@@ -109,7 +109,7 @@ class VLLMBackend:
         self.weight_syncs += 1
 
     def _load_adapter(self, group: EngineGroup, policy: str) -> None:
-        from comlrl.policy.lora import save_adapter
+        from comlrl.models.lora import save_adapter
 
         adapter = group.adapter_of(policy)
         folder = save_adapter(group.model, adapter, self._adapter_folder(group, adapter))

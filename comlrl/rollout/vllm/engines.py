@@ -237,7 +237,7 @@ def raw_output(output: Any) -> RawOutput:
 
 def save_folder(group: EngineGroup, folder: Path) -> None:
     """The group's current base weights and tokenizer as a checkpoint folder vLLM loads."""
-    from comlrl.policy.lora import save_base
+    from comlrl.models.lora import save_base
 
     folder.mkdir(parents=True, exist_ok=True)
     if group.lora:

@@ -156,7 +156,7 @@ def save_agent_folders(policy: MultiAgentPolicy, agent_names: Sequence[str], dir
     """``directory/agent_i/`` for every agent, as the public library writes them (model and tokenizer
     ``save_pretrained``; a LoRA agent's folder holds its adapter and tokenizer, the base goes to
     ``directory/base/``), next to the policy folders ``policy.save(directory)`` wrote."""
-    from comlrl.policy.lora import save_adapter, save_base
+    from comlrl.models.lora import save_adapter, save_base
 
     written_base = False
     for i, agent in enumerate(agent_names):

@@ -47,7 +47,7 @@ no unsupported test; ``trusted_setup`` gives HumanEval's prompt for them, and th
 them when it reads them (classifying is idempotent).
 
 Normalised files live at ``$PETTINGLLMS_DATA/<env>/<dataset>/<split>.jsonl`` (default root
-``~/.cache/pettingllms/data``): see :func:`normalised_path`.
+``~/.cache/pettingllms/data``): see :func:`normalised_path` (:mod:`pettingllms.envs.dataset_io`).
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ from typing import Any
 from pettingllms.envs import sources
 from pettingllms.envs.code.analysis import classify_tests
 from pettingllms.envs.code.unpickle import decode_private_tests
+from pettingllms.envs.dataset_io import normalised_path
 from pettingllms.envs.records import read_records, record_from_json, write_records
 from pettingllms.envs.sources import named_split, split_from_name, split_label
 
@@ -188,12 +189,6 @@ def write_jsonl(path: str | os.PathLike, problems: Iterable[CodeProblem]) -> Pat
 def read_jsonl(path: str | os.PathLike) -> list[CodeProblem]:
     """Problems from a normalised JSONL file; errors name the path and line."""
     return read_records(path, CodeProblem, CodeDataError, "code")
-
-
-def normalised_path(dataset: str, split: str, env: str = "code") -> Path:
-    """Where ``pettingllms dataprocess`` writes a split: ``$PETTINGLLMS_DATA/<env>/<dataset>/<split>.jsonl``."""
-    root = os.environ.get("PETTINGLLMS_DATA") or Path.home() / ".cache" / "pettingllms" / "data"
-    return Path(root) / env / dataset / f"{split}.jsonl"
 
 
 # ------------------------------------------------------------------------------------------ reading rows

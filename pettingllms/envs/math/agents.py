@@ -44,7 +44,6 @@ from pettingllms.envs.math.answers import (
 from pettingllms.envs.math.calculator import CalculatorError, evaluate, format_number
 from pettingllms.envs.math.env import MathEnv, MathState, ToolRun
 from pettingllms.envs.math.verify import check_answer
-from pettingllms.sandbox.judge import TestCase
 
 __all__ = ["TOOL_ANSWER", "VERIFY_TIMEOUT", "MathAgent", "MathSingleAgent", "ReasoningAgent", "ToolGenerationAgent",
            "format_answer", "format_tool_call", "run_tool"]
@@ -115,6 +114,8 @@ async def run_tool(env: MathEnv, env_worker: Any, tool: str, source: str) -> Too
                 "the math tool agent runs Python in the sandbox: it needs an env worker with `run_tests` "
                 f"(a pettingllms.sandbox.SandboxPool), got {env_worker!r}; or set `env.tool: calculator`"
             )
+        from pettingllms.sandbox.judge import TestCase  # only the Python tool needs the sandbox
+
         # A generated problem's labelled quantities are defined for the program (a = 6402, ...).
         program = "".join(f"{name} = {value}\n" for name, value in quantities.items()) + source
         try:

@@ -42,8 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pettingllms.envs import sources
-from pettingllms.envs.code import data as _code_data
+from pettingllms.envs import dataset_io, sources
 from pettingllms.envs.records import read_records, record_from_json, write_records
 
 __all__ = [
@@ -131,7 +130,7 @@ def read_jsonl(path: str | os.PathLike) -> list[MathProblem]:
 
 def normalised_path(dataset: str, split: str) -> Path:
     """Where ``pettingllms dataprocess math`` writes a split: ``$PETTINGLLMS_DATA/math/<dataset>/<split>.jsonl``."""
-    return _code_data.normalised_path(dataset, split, env="math")
+    return dataset_io.normalised_path(dataset, split, env="math")
 
 
 # ------------------------------------------------------------------------------------------ reading rows
@@ -139,7 +138,7 @@ def normalised_path(dataset: str, split: str) -> Path:
 
 def read_rows(path: str | os.PathLike, split: str | None = None) -> tuple[list[dict], str | None]:
     """The raw rows of a local file or ``save_to_disk`` folder and the split they belong to (as
-    :func:`pettingllms.envs.code.data.read_rows`), plus CSV files (header row; every value a string)."""
+    :func:`pettingllms.envs.sources.read_rows`), plus CSV files (header row; every value a string)."""
     path = Path(path).expanduser()
     if path.is_file() and path.name.lower().endswith(".csv"):
         with path.open(encoding="utf-8", newline="") as handle:

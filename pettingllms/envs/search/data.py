@@ -35,8 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pettingllms.envs import sources
-from pettingllms.envs.code import data as _code_data
+from pettingllms.envs import dataset_io, sources
 from pettingllms.envs.records import read_records, record_from_json, write_records
 
 __all__ = [
@@ -104,7 +103,7 @@ def read_jsonl(path: str | os.PathLike) -> list[SearchProblem]:
 
 def normalised_path(dataset: str, split: str) -> Path:
     """Where ``pettingllms dataprocess search`` writes a split: ``$PETTINGLLMS_DATA/search/<dataset>/<split>.jsonl``."""
-    return _code_data.normalised_path(dataset, split, env="search")
+    return dataset_io.normalised_path(dataset, split, env="search")
 
 
 # ------------------------------------------------------------------------------------------ reading rows
