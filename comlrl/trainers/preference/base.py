@@ -4,7 +4,9 @@ pair collection, the learning hook, pair counters, and the schedule that gathers
 The schedule is an object the trainer owns as ``self.rounds`` (its class is the trainer's ``rounds_class``):
 :class:`SingleCollection` for the base trainers (one collection, then the epochs) and
 :class:`~comlrl.trainers.preference.rounds.PreferenceRounds` for the iterative ones. It runs the loop, names
-the commit points and carries its own checkpoint payloads. Subclasses implement
+the commit points and carries its own checkpoint payloads. It does not hold the trainer: it is built with a
+:class:`~comlrl.trainers.preference.host.ScheduleHost` (:meth:`PreferenceTrainerBase.schedule_host`), the
+values and callables it uses. Subclasses implement
 :meth:`PreferenceTrainerBase.learn_from_pairs` (MADPO's loss, MARLHF's reward model and RL stage). The
 constructor, sampling, evaluation, ``save_model`` and exact checkpoint / resume come from the core.
 
@@ -36,6 +38,7 @@ from comlrl.trainers.preference.config import (
     MARLHFConfig,
     MARLHFIterConfig,
 )
+from comlrl.trainers.preference.host import PairSampling, ScheduleHost
 from comlrl.trainers.preference.pairs import build_preference_pairs
 from comlrl.trainers.preference.records import PreferencePair, read_round, write_round
 
@@ -50,61 +53,45 @@ PAIRS_FILE = "iteration_0001.json"
 
 class SingleCollection(TrainerPart):
     """The base trainers' schedule: pairs among every training item's own candidates, collected once (round
-    0, :meth:`PreferenceTrainerBase.collect_pairs`), then ``learn_from_pairs`` for ``num_train_epochs``
-    epochs. Commit points: ``checkpoint-0`` right after the collection (the pairs travel in the ``pairs``
-    payload), then one per epoch (``checkpoint-{epochs done}``); ``save_steps`` checkpoints inside an epoch
-    resume at the batch their data cursor's ``in_epoch`` names."""
+    0, ``host.collect``: :meth:`PreferenceTrainerBase.collect_pairs`, logged), then ``host.learn``
+    (``learn_from_pairs``) for ``num_train_epochs`` epochs; ``no_pairs`` says whether the collection gave no
+    pair (the policies were then not updated). Commit points: ``checkpoint-0`` right after the collection
+    (the pairs travel in the ``pairs`` payload), then one per epoch (``checkpoint-{epochs done}``);
+    ``save_steps`` checkpoints inside an epoch resume at the batch their data cursor's ``in_epoch`` names."""
 
     comparator = None  # the pairs compare an item's own candidates
+    takes_comparator = False
     last_stats = None
 
-    def __init__(self, trainer: PreferenceTrainerBase, comparator: Any = None) -> None:
+    def __init__(self, host: ScheduleHost, comparator: Any = None) -> None:
         if comparator is not None:
-            raise TypeError(
-                f"{type(trainer).__name__} takes no `comparator` (only the iterative trainers compare with one)"
-            )
-        self.trainer = trainer
+            raise TypeError("SingleCollection takes no `comparator` (only the iterative trainers compare with one)")
+        self.host = host
         self.pairs: list[PreferencePair] | None = None
 
     def checkpoint_step(self) -> int:
-        return int(self.trainer.data_cursor.get("epochs_done", 0))
+        return int(self.host.data_cursor.get("epochs_done", 0))
 
     def run(self, plan: CheckpointPlan) -> None:
-        trainer = self.trainer
-        if not trainer.data_cursor.get("pairs_collected"):
-            pairs = trainer.collect_pairs(round_index=0)
-            trainer._log(
-                {
-                    "pairs_built": trainer.pairs_built,
-                    "pairs_skipped": trainer.pairs_skipped,
-                    "turn_1/collection_reward_mean": trainer._collection_reward_mean,
-                },
-            )
+        host = self.host
+        if not host.data_cursor.get("pairs_collected"):
+            pairs = host.collect()
             if not pairs:
-                message = (
-                    f"{type(trainer).__name__}: no training item yielded a non-tied pair "
-                    f"({len(trainer.train_dataset)} items, "
-                    f"{trainer.args.preference_num_candidates} candidates each, "
-                    f"{trainer.pairs_skipped} tied comparisons); the policies were not updated"
-                )
-                logger.warning(message)
-                if trainer.verbose:
-                    print(message)
-                trainer.no_pairs = True
+                self.no_pairs = True
                 return
-            trainer.data_cursor = {"pairs_collected": True, "epochs_done": 0}
+            host.data_cursor = {"pairs_collected": True, "epochs_done": 0}
             self.pairs = pairs
-            trainer._commit(plan, 0, last=False, force=True)
-        trainer.no_pairs = False
-        epochs = trainer.args.num_train_epochs
+            host.commit(plan, 0, last=False, force=True)
+        self.no_pairs = False
+        epochs = host.args.num_train_epochs
 
         def epoch_end(done: int) -> None:
-            trainer._flush_window()
-            trainer.data_cursor = {"pairs_collected": True, "epochs_done": done}
-            trainer._commit(plan, done, last=done == epochs)
+            host.flush_window()
+            host.data_cursor = {"pairs_collected": True, "epochs_done": done}
+            host.commit(plan, done, last=done == epochs)
 
-        cursor = trainer.data_cursor
-        trainer.learn_from_pairs(
+        cursor = host.data_cursor
+        host.learn(
             self.pairs,
             round_index=0,
             start_epoch=cursor["epochs_done"],
@@ -114,12 +101,12 @@ class SingleCollection(TrainerPart):
 
     def payloads(self) -> dict[str, Callable[[Path], None]]:
         pairs = self.pairs
-        if self.trainer.data_cursor.get("pairs_collected") and pairs is not None:
+        if self.host.data_cursor.get("pairs_collected") and pairs is not None:
             return {PAIRS_PAYLOAD: lambda folder: write_round(folder / PAIRS_FILE, 1, pairs)}
         return {}
 
     def restore(self, checkpoint: Path) -> None:
-        if self.trainer.data_cursor.get("pairs_collected"):
+        if self.host.data_cursor.get("pairs_collected"):
             self.pairs = read_round(extra_dir(checkpoint, PAIRS_PAYLOAD) / PAIRS_FILE).pairs
 
 
@@ -135,7 +122,47 @@ class PreferenceTrainerBase(MultiAgentTrainerBase):
 
     def __init__(self, *args: Any, comparator: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.rounds = self.add_part(self.rounds_class(self, comparator=comparator))
+        if comparator is not None and not getattr(self.rounds_class, "takes_comparator", True):
+            raise TypeError(
+                f"{type(self).__name__} takes no `comparator` (only the iterative trainers compare with one)"
+            )
+        self.rounds = self.add_part(self.rounds_class(self.schedule_host(), comparator=comparator))
+
+    def schedule_host(self) -> ScheduleHost:
+        """What the schedule ``self.rounds`` gets instead of the trainer (:mod:`.host`): the config, the data
+        cursor and the data-parallel group, and the methods it calls, bound to this trainer."""
+        return ScheduleHost(
+            args=self.args,
+            data_parallel=self.data_parallel,
+            get_cursor=lambda: self.data_cursor,
+            set_cursor=lambda cursor: setattr(self, "data_cursor", cursor),
+            learn=self.learn_from_pairs,
+            commit=self._commit,
+            save_due_checkpoint=self.save_due_checkpoint,
+            flush_window=self._flush_window,
+            log=self._log,
+            progress_bar=self.progress_bar,
+            count_pairs=self._count_pairs,
+            collect=self._collect_logged,
+            sampling=PairSampling(
+                items=self._require_train_items,
+                batches=lambda items, **kwargs: self.sample_batches(items, self.generation_batch_items, **kwargs),
+                params=self.sampling_params,
+                score=self.score_finite,
+                role_prompts=self.collaboration.role_prompts if self.collaboration is not None else None,
+                tokenizers=lambda: self.tokenizers,
+                num_agents=self.num_agents,
+            ),
+            comparator_context=self._comparator_context,
+            save_policy=lambda folder: self.policy.save(folder),
+            reward_func=self.reward_func,
+        )
+
+    @property
+    def no_pairs(self) -> bool:
+        """Whether the base trainers' collection gave no pair (the policies were not updated); set by
+        ``train()``."""
+        return self.rounds.no_pairs
 
     @property
     def comparator(self) -> Any:
@@ -156,6 +183,46 @@ class PreferenceTrainerBase(MultiAgentTrainerBase):
         super().reset_counters()
 
     # ------------------------------------------------------------------------------------ base collection
+    def _collect_logged(self) -> list[PreferencePair]:
+        """:meth:`collect_pairs` of round 0, logged; warns when it gave no pair."""
+        pairs = self.collect_pairs(round_index=0)
+        self._log(
+            {
+                "pairs_built": self.pairs_built,
+                "pairs_skipped": self.pairs_skipped,
+                "turn_1/collection_reward_mean": self._collection_reward_mean,
+            },
+        )
+        if not pairs:
+            message = (
+                f"{type(self).__name__}: no training item yielded a non-tied pair "
+                f"({len(self.train_dataset)} items, "
+                f"{self.args.preference_num_candidates} candidates each, "
+                f"{self.pairs_skipped} tied comparisons); the policies were not updated"
+            )
+            logger.warning(message)
+            if self.verbose:
+                print(message)
+        return pairs
+
+    def _count_pairs(self, built: int, skipped: int) -> None:
+        self.pairs_built += built
+        self.pairs_skipped += skipped
+
+    def _comparator_context(self) -> Any:
+        """What a comparator built from the config gets of this trainer."""
+        from comlrl.trainers.preference.comparators.base import ComparatorContext
+
+        return ComparatorContext(
+            policy=self.policy,
+            backend=self.backend,
+            args=self.args,
+            output_dir=self.args.output_dir,
+            seed=self.args.seed,
+            tokenizers=self.tokenizers,
+            centralized_adapter=self.centralized_adapter,
+        )
+
     def collect_pairs(self, round_index: int = 0) -> list[PreferencePair]:
         """Pairs among every training item's own candidates (the base trainers), in dataset order. Data
         parallel: each rank samples and scores its shard of the items, then every rank takes all the pairs."""

@@ -73,9 +73,16 @@ class MADPOTrainer(PreferenceTrainerBase):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         # DPO's frozen reference (our extension), taken now: before any update.
-        self.preference_reference = (
-            self.add_part(PreferenceReference(self)) if self.args.preference_reference == "initial" else None
-        )
+        self.preference_reference = None
+        if self.args.preference_reference == "initial":
+            self.preference_reference = self.add_part(
+                PreferenceReference(
+                    self.policy,
+                    self.args.reference_devices,
+                    output_dir=lambda: self.args.output_dir,
+                    data_parallel=self.data_parallel,
+                )
+            )
 
     @property
     def reference_policy(self) -> ReferencePolicy | None:

@@ -14,7 +14,7 @@ construction (in a pettingllms pipeline stage: at the stage's start) and saved o
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +35,22 @@ class PreferenceReference(TrainerPart):
     """The frozen initial agents of a MADPO trainer and their margins on a batch of pairs.
 
     Build it in the trainer's constructor (before any update); register it with ``trainer.add_part``.
+
+    Args:
+        policy: the trainer's policy, copied now.
+        devices: where the copy lives (the config's ``reference_devices``).
+        output_dir: the run's output folder (read when a fresh run starts: the copy is saved under it).
+        data_parallel: the trainer's data-parallel group (rank 0 writes the copy).
     """
 
     state_key = "preference_reference"
 
-    def __init__(self, trainer: Any) -> None:
-        self.trainer = trainer
-        self.reference = ReferencePolicy(trainer.policy, trainer.args.reference_devices)
+    def __init__(
+        self, policy: Any, devices: Any, *, output_dir: Callable[[], str | Path], data_parallel: Any
+    ) -> None:
+        self.reference = ReferencePolicy(policy, devices)
+        self._output_dir = output_dir
+        self._data_parallel = data_parallel
         self.snapshot: str | None = None
 
     @torch.no_grad()
@@ -64,8 +73,8 @@ class PreferenceReference(TrainerPart):
 
     # ------------------------------------------------------------------------------------ checkpoints
     def on_fresh_run(self) -> None:
-        path = Path(self.trainer.args.output_dir) / REFERENCE_DIR
-        self.trainer.data_parallel.rank_zero_writes(lambda: self.reference.save(path), None)
+        path = Path(self._output_dir()) / REFERENCE_DIR
+        self._data_parallel.rank_zero_writes(lambda: self.reference.save(path), None)
         self.snapshot = str(path)
 
     def state_dict(self) -> dict[str, Any]:

@@ -10,9 +10,13 @@ Round r of ``num_iterations`` (1-based), top to bottom:
    failed on is dropped and counted; more than ``comparator_api_max_failure_rate`` of the round's items
    failing stops the run;
 3. the replay buffer stores the round (``iteration_NNNN.json`` + id sidecar) and draws the training pairs;
-4. the trainer learns from them (``learn_from_pairs``; MADPO: ``num_train_epochs`` epochs; MARLHF: reward
-   model, then RL);
+4. the trainer learns from them (``host.learn``: the trainer's ``learn_from_pairs``; MADPO:
+   ``num_train_epochs`` epochs; MARLHF: reward model, then RL);
 5. ``comparator.end_round(r)``; a checkpoint may be written (``train(checkpoint_dir=...)``).
+
+The loop does not hold its trainer: it gets a :class:`~comlrl.trainers.preference.host.ScheduleHost` with the
+config, the sampling and scoring (:class:`~comlrl.trainers.preference.host.PairSampling`), the learning step
+and the bookkeeping it calls.
 
 Data parallel (:mod:`comlrl.trainers.core.data_parallel`): step 2 runs on each rank's shard of the items
 and every rank then takes all the pairs and counts in rank order; every rank holds the same replay buffer and
@@ -47,6 +51,7 @@ from comlrl.trainers.core.sampling import ItemSample
 from comlrl.trainers.core.train_options import CheckpointPlan
 from comlrl.trainers.core.trainer_core import TrainerPart
 from comlrl.trainers.preference.distribution import mean_or_nan, reward_range, write_reward_distribution
+from comlrl.trainers.preference.host import ScheduleHost
 from comlrl.trainers.preference.pairs import build_comparison_pairs
 from comlrl.trainers.preference.records import (
     ROUND_FILE_RE,
@@ -102,10 +107,12 @@ class RoundStats:
 
 class PreferenceRounds(TrainerPart):
     """The round loop (see the module docstring): holds the comparator, the replay buffer and the last
-    round's :class:`RoundStats`, and learns through the trainer's ``learn_from_pairs``.
+    round's :class:`RoundStats`, and learns through ``host.learn`` (the trainer's ``learn_from_pairs``).
 
     Args:
-        trainer: the iterative trainer (its sampling, oracle, counters, logging and commit points are used).
+        host: what the loop uses of its trainer
+            (:class:`~comlrl.trainers.preference.host.ScheduleHost`: config, data cursor, data-parallel group,
+            sampling and scoring, learning step, logging and commit points).
         comparator: an object implementing
             :class:`~comlrl.trainers.preference.comparators.base.Comparator`; None builds one from the
             config's ``comparator_*`` fields on first use.
@@ -114,14 +121,16 @@ class PreferenceRounds(TrainerPart):
     (``replay``) and the comparator's state (``comparator``).
     """
 
-    def __init__(self, trainer: Any, comparator: Any = None) -> None:
-        self.trainer = trainer
+    takes_comparator = True
+
+    def __init__(self, host: ScheduleHost, comparator: Any = None) -> None:
+        self.host = host
         self._comparator = comparator
         self.replay_buffer: PreferenceReplayBuffer | None = None
         self.last_stats: RoundStats | None = None
         self.train_pairs: list[PreferencePair] | None = None  # the training pairs of the round in progress
-        if trainer.args.log_reward_distribution:
-            reward_range(trainer.reward_func)  # checked now, not after the first round
+        if host.args.log_reward_distribution:
+            reward_range(host.reward_func)  # checked now, not after the first round
 
     # ------------------------------------------------------------------------------------ comparator
     @property
@@ -130,25 +139,11 @@ class PreferenceRounds(TrainerPart):
         if self._comparator is None:
             from comlrl.trainers.preference.comparators import build_comparator
 
-            self._comparator = build_comparator(self.trainer.args, self.comparator_context())
+            self._comparator = build_comparator(self.host.args, self.host.comparator_context())
         return self._comparator
 
-    def comparator_context(self) -> Any:
-        from comlrl.trainers.preference.comparators.base import ComparatorContext
-
-        trainer = self.trainer
-        return ComparatorContext(
-            policy=trainer.policy,
-            backend=trainer.backend,
-            args=trainer.args,
-            output_dir=trainer.args.output_dir,
-            seed=trainer.args.seed,
-            tokenizers=trainer.tokenizers,
-            centralized_adapter=trainer.centralized_adapter,
-        )
-
     def _new_replay_buffer(self, *, resume: bool) -> PreferenceReplayBuffer:
-        args = self.trainer.args
+        args = self.host.args
         return PreferenceReplayBuffer(
             args.resolved_preference_replay_dir,
             mode=args.preference_replay_mode,
@@ -157,15 +152,15 @@ class PreferenceRounds(TrainerPart):
             sample_size=args.preference_replay_sample_size,
             seed=derive_seed(args.seed, "replay"),
             resume=resume,
-            write=self.trainer.data_parallel.main,  # data parallel: rank 0 writes, every rank draws the same
+            write=self.host.data_parallel.main,  # data parallel: rank 0 writes, every rank draws the same
         )
 
     # ------------------------------------------------------------------------------------ the loop
     def checkpoint_step(self) -> int:
-        return int(self.trainer.data_cursor.get("rounds_done", 0))
+        return int(self.host.data_cursor.get("rounds_done", 0))
 
     def run(self, plan: CheckpointPlan) -> None:
-        trainer, args = self.trainer, self.trainer.args
+        host, args = self.host, self.host.args
         done = self.checkpoint_step()
         # Built before any update: the history source snapshots the initial policy.
         self.comparator  # noqa: B018
@@ -174,21 +169,21 @@ class PreferenceRounds(TrainerPart):
         if done == 0 and args.saves_policy_snapshots and not self.round_in_progress:
             self._save_policy_snapshot("initial")
         total = args.num_iterations
-        with trainer.progress_bar(total=total, desc="Rounds", unit="round") as bar:
+        with host.progress_bar(total=total, desc="Rounds", unit="round") as bar:
             bar.update(done)
             for round_index in range(done + 1, total + 1):
                 if self.round_in_progress:  # resumed from a save_steps checkpoint inside this round
                     self.learn_round(round_index)
                 else:
                     self.run_round(round_index)
-                trainer.data_cursor = {"rounds_done": round_index}
-                trainer._commit(plan, round_index, last=round_index == total)
+                host.data_cursor = {"rounds_done": round_index}
+                host.commit(plan, round_index, last=round_index == total)
                 bar.update(1)
 
     @property
     def round_in_progress(self) -> bool:
         """Whether the data cursor stands inside a round's learning (its pairs drawn, its update going on)."""
-        return bool(self.trainer.data_cursor.get("round_pairs"))
+        return bool(self.host.data_cursor.get("round_pairs"))
 
     def on_fresh_run(self) -> None:
         self.replay_buffer = None
@@ -196,20 +191,19 @@ class PreferenceRounds(TrainerPart):
 
     def run_round(self, round_index: int) -> None:
         """One round: compare, store, draw, learn (see the module docstring)."""
-        trainer, args = self.trainer, self.trainer.args
+        host, args = self.host, self.host.args
         comparator = self.comparator
         comparator.begin_round(round_index)
         pairs, stats = self.collect_comparison_pairs(round_index)
         # Text without ids (a remote or centralized comparator) is tokenized once, before the round is
         # written, so its sidecar carries the ids to every later replay draw.
-        ensure_token_ids(pairs, trainer.tokenizers, append_eos=True)
+        ensure_token_ids(pairs, host.sampling.tokenizers(), append_eos=True)
         buffer = self.replay_buffer
         buffer.add_round(pairs)
-        trainer.data_parallel.barrier()  # rank 0 wrote the round: the other ranks' draws may read it
+        host.data_parallel.barrier()  # rank 0 wrote the round: the other ranks' draws may read it
         train_pairs = buffer.sample()
-        ensure_token_ids(train_pairs, trainer.tokenizers, append_eos=True)  # only files written elsewhere
-        trainer.pairs_built += len(pairs)
-        trainer.pairs_skipped += stats.ties
+        ensure_token_ids(train_pairs, host.sampling.tokenizers(), append_eos=True)  # only files written elsewhere
+        host.count_pairs(len(pairs), stats.ties)
         metrics = {
             "iter/current_iteration": round_index,
             "iter/current_preference_pairs": len(pairs),
@@ -225,7 +219,7 @@ class PreferenceRounds(TrainerPart):
             else math.nan,
         }
         if args.log_reward_distribution:
-            low, high = reward_range(trainer.reward_func)
+            low, high = reward_range(host.reward_func)
             metrics.update(
                 write_reward_distribution(
                     args.reward_distribution_dir,
@@ -235,27 +229,27 @@ class PreferenceRounds(TrainerPart):
                     pairs,
                     low,
                     high,
-                    write=trainer.data_parallel.main,
+                    write=host.data_parallel.main,
                 )
             )
-        trainer._log(metrics)
+        host.log(metrics)
         self.last_stats = stats
         self.train_pairs = train_pairs
-        trainer.data_cursor = {"rounds_done": round_index - 1, "round_pairs": True, "epochs_done": 0}
+        host.data_cursor = {"rounds_done": round_index - 1, "round_pairs": True, "epochs_done": 0}
         self.learn_round(round_index)
 
     def learn_round(self, round_index: int) -> None:
         """Learn from the round's training pairs (from where the data cursor stands), then close the round."""
-        trainer, args = self.trainer, self.trainer.args
-        cursor = trainer.data_cursor
+        host, args = self.host, self.host.args
+        cursor = host.data_cursor
 
         def epoch_end(done: int) -> None:
-            trainer._flush_window()
+            host.flush_window()
             cursor["epochs_done"] = done
-            trainer.save_due_checkpoint()
+            host.save_due_checkpoint()
 
         if self.train_pairs:
-            trainer.learn_from_pairs(
+            host.learn(
                 self.train_pairs,
                 round_index=round_index,
                 start_epoch=int(cursor.get("epochs_done", 0)),
@@ -266,31 +260,31 @@ class PreferenceRounds(TrainerPart):
             logger.warning(
                 "round %d: no training pairs (all comparisons tied or failed); no update", round_index
             )
-        trainer._flush_window()
+        host.flush_window()
         self.comparator.end_round(round_index)
         self.train_pairs = None
         if args.saves_policy_snapshots:
             self._save_policy_snapshot(f"iteration_{round_index:04d}")
 
     def _save_policy_snapshot(self, name: str) -> None:
-        trainer = self.trainer
-        folder = Path(trainer.args.policy_checkpoint_dir) / name
-        trainer.data_parallel.rank_zero_writes(lambda: trainer.policy.save(folder), None)
+        host = self.host
+        folder = Path(host.args.policy_checkpoint_dir) / name
+        host.data_parallel.rank_zero_writes(lambda: host.save_policy(folder), None)
 
     def collect_comparison_pairs(self, round_index: int) -> tuple[list[PreferencePair], RoundStats]:
         """This round's pairs of current-vs-comparator candidates over every training item, in order. Data
         parallel: each rank compares its shard of the items, then every rank takes all the pairs and stats."""
-        trainer, args = self.trainer, self.trainer.args
-        items = trainer._require_train_items()
+        host, args = self.host, self.host.args
+        sampling, data_parallel = host.sampling, host.data_parallel
+        items = sampling.items()
         comparator = self.comparator
-        cmp_params = trainer.sampling_params(args.resolved_comparator_num_candidates)
+        cmp_params = sampling.params(args.resolved_comparator_num_candidates)
         stats = RoundStats(items=len(items))
         limit = args.comparator_api_max_failure_rate * len(items)
         pairs: list[PreferencePair] = []
-        first, stop = trainer.data_parallel.bounds(len(items))
-        batches = trainer.sample_batches(
+        first, stop = data_parallel.bounds(len(items))
+        batches = sampling.batches(
             items[:stop],
-            trainer.generation_batch_items,
             n=args.preference_num_candidates,
             stream="candidates",
             step=round_index,
@@ -300,8 +294,8 @@ class PreferenceRounds(TrainerPart):
         for chunk, indices, samples in batches:
             # Under centralized collaboration the comparator gets the role prompts and writes the joint
             # response itself.
-            if trainer.collaboration is not None:
-                prompts = [trainer.collaboration.role_prompts(item) for item in chunk]
+            if sampling.role_prompts is not None:
+                prompts = [sampling.role_prompts(item) for item in chunk]
             else:
                 prompts = [s.prompts for s in samples]
             outputs = comparator.sample(
@@ -322,13 +316,13 @@ class PreferenceRounds(TrainerPart):
                         sample.item_index,
                         output.error,
                     )
-                    if trainer.data_parallel.size == 1:  # data parallel: checked once every rank is done
+                    if data_parallel.size == 1:  # data parallel: checked once every rank is done
                         _check_failures(stats, limit, round_index, args)
                     continue
                 stats.unparsed += int(output.num_unparsed)
                 pairs += self._item_pairs(sample, output, round_index, stats)
-        if trainer.data_parallel.size > 1:
-            parts = trainer.data_parallel.gather((pairs, stats))
+        if data_parallel.size > 1:
+            parts = data_parallel.gather((pairs, stats))
             pairs, stats = [p for part in parts for p in part[0]], RoundStats.merged([part[1] for part in parts])
             _check_failures(stats, limit, round_index, args)
         return pairs, stats
@@ -336,17 +330,17 @@ class PreferenceRounds(TrainerPart):
     def _item_pairs(
         self, sample: ItemSample, output: Any, round_index: int, stats: RoundStats
     ) -> list[PreferencePair]:
-        trainer, args = self.trainer, self.trainer.args
+        sampling, args = self.host.sampling, self.host.args
         num_current = len(sample.candidates[0])
         candidates, same_tokenizer = output.candidates, bool(output.same_tokenizer)
-        if trainer.collaboration is not None:
+        if sampling.role_prompts is not None:
             # The one actor writes joint responses, so it is compared with the comparator's joint text.
             candidates, same_tokenizer = [list(output.joint)], bool(output.joint_same_tokenizer)
         count = len(candidates[0]) if candidates else 0
-        if candidates and len(candidates) != trainer.num_agents:
+        if candidates and len(candidates) != sampling.num_agents:
             raise RuntimeError(
                 f"item {sample.item_index}: the comparator answered for {len(candidates)} agents, expected "
-                f"{trainer.num_agents}"
+                f"{sampling.num_agents}"
             )
         indices = list(output.indices) if output.indices else list(range(count))
         if len(indices) != count or any(len(agent) != count for agent in candidates):
@@ -354,7 +348,7 @@ class PreferenceRounds(TrainerPart):
                 f"item {sample.item_index}: the comparator returned {len(indices)} indices for "
                 f"{[len(agent) for agent in candidates]} candidates per agent"
             )
-        current_scores = trainer.score_finite(sample, f"round {round_index}, comparison (current)")
+        current_scores = sampling.score(sample, f"round {round_index}, comparison (current)")
         if current_scores is None:  # a non-finite score: the item gives no pairs (counted, logged)
             return []
         stats.current_processed += current_scores.processed
@@ -366,7 +360,7 @@ class PreferenceRounds(TrainerPart):
             raw=[current_scores.raw[indices[j]] for j in keep],
             processed=[current_scores.processed[indices[j]] for j in keep],
         )
-        their_scores = trainer.score_finite(sample, f"round {round_index}, comparison (comparator)", theirs)
+        their_scores = sampling.score(sample, f"round {round_index}, comparison (comparator)", theirs)
         if their_scores is None:
             return []
         stats.comparator_processed += their_scores.processed
@@ -423,20 +417,20 @@ class PreferenceRounds(TrainerPart):
         if self.round_in_progress:
             folder = extra_dir(checkpoint, ROUND_PAIRS_PAYLOAD)
             self.train_pairs = read_round(folder / round_file_name(rounds_done + 1)).pairs
-        replay_dir = Path(self.trainer.args.resolved_preference_replay_dir)
+        replay_dir = Path(self.host.args.resolved_preference_replay_dir)
         try:
             source = extra_dir(checkpoint, REPLAY_PAYLOAD)
         except FileNotFoundError:
             source = None
         # The round files of this run beyond the checkpoint are about to be written again (data parallel:
         # rank 0 restored them before the other ranks read them).
-        for path in list_round_files(replay_dir) if self.trainer.data_parallel.main else []:
+        for path in list_round_files(replay_dir) if self.host.data_parallel.main else []:
             iteration = int(path.name[len("iteration_") : -len(".json")])
             if iteration > rounds_done or source is not None:
                 sidecar_path(path).unlink(missing_ok=True)
                 path.unlink()
         buffer = self._new_replay_buffer(resume=True)
-        if source is not None and self.trainer.data_parallel.main:
+        if source is not None and self.host.data_parallel.main:
             replay_dir.mkdir(parents=True, exist_ok=True)
             for path in sorted((source / "rounds").iterdir()):
                 shutil.copy2(path, replay_dir / path.name)
