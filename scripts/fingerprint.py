@@ -17,7 +17,16 @@ Parts:
   the per-step metrics of every stage and the saved policy tensors;
 - ``learning``: ``benchmarks/learning.py``'s seed-0 AT-GRPO L1 cell (warm start included): success,
   curve, per-step history and the final policy tensors (the cell's pipeline run's ``policies/``; before the
-  benchmark ran through the pipeline, its ``final/``).
+  benchmark ran through the pipeline, its ``final/``);
+- ``madpoiter``: ``MADPOIterTrainer`` on ``test-tiny``, 2 rounds over 4 items, ``gradient_accumulation_steps=2``
+  and a linear LR schedule: metrics history and final weights;
+- ``magrpo_multiturn``: ``MAGRPOTrainer``, 2 agents, ``num_turns=2`` with an ``external_transition``:
+  ``default`` (constant LR, no accumulation) and ``dapo_accum`` (``loss_type="dapo"``,
+  ``gradient_accumulation_steps=2``); metrics history and final weights of each;
+- ``iac``: ``IACTrainer`` with a separate value-head critic per agent: history, actor and critic weights;
+- ``sft``: ``pettingllms train plan_path/L1`` on ``test-tiny``: ``sft`` (the sft stage alone, 8 problems,
+  2 epochs) and ``at_grpo_dapo_accum`` (sft on 32 problems, then 3 AT-GRPO steps with ``loss_type=dapo``
+  and ``gradient_accumulation_steps=2``): each stage's metrics and the saved policy tensors.
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("madpo", "marlhf", "quickstart", "learning")
+PARTS = ("madpo", "marlhf", "quickstart", "learning", "madpoiter", "magrpo_multiturn", "iac", "sft")
 # Keys that measure time (or derive from it) and so differ between runs of the same computation.
 TIMING_MARKERS = ("time", "seconds", "_s", "per_s", "per_second", "throughput", "elapsed", "wall", "threads")
 
@@ -122,19 +131,112 @@ def capture_toy(module_name: str, runs: list[tuple], extra_args: dict) -> list[d
     return out
 
 
-def capture_quickstart() -> dict:
+def pettingllms_run(config: str, overrides: list[str]) -> dict:
+    """``pettingllms train config`` with ``overrides``: every stage's metrics and the saved policy tensors."""
     with tempfile.TemporaryDirectory() as tmp:
-        run_dir = Path(tmp) / "quickstart"
-        cmd = [
-            sys.executable, "-m", "pettingllms", "train", "plan_path/quickstart", "--overwrite",
-            "at_grpo.max_steps=10", "eval.num_instances=10", f"run.output_dir={run_dir}",
-        ]
+        run_dir = Path(tmp) / "run"
+        cmd = [sys.executable, "-m", "pettingllms", "train", config, "--overwrite", *overrides,
+               f"run.output_dir={run_dir}"]
         subprocess.run(cmd, check=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
         metrics = {}
         for path in sorted(run_dir.rglob("metrics.jsonl")):
             rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
             metrics[str(path.relative_to(run_dir))] = strip_timing(rows)
         return {"metrics": metrics, "policies": tensor_hashes(run_dir / "policies")}
+
+
+def capture_quickstart() -> dict:
+    return pettingllms_run("plan_path/quickstart", ["at_grpo.max_steps=10", "eval.num_instances=10"])
+
+
+def capture_sft() -> dict:
+    tiny = ["model.name=test-tiny", "run.progress=false"]
+    return {
+        "sft": pettingllms_run("plan_path/L1", [*tiny, "pipeline=[sft]", "sft.num_problems=8", "sft.epochs=2"]),
+        # A stronger warm start first: from the untrained model every reward is a parse error (no gradient).
+        "at_grpo_dapo_accum": pettingllms_run("plan_path/L1", [
+            *tiny, "pipeline=[sft, at_grpo]", "sft.num_problems=32", "sft.epochs=3", "sft.learning_rate=1e-2",
+            "at_grpo.max_steps=3", "at_grpo.problems_per_step=2",
+            "at_grpo.per_device_train_batch_size=4", "at_grpo.gradient_accumulation_steps=2",
+            "at_grpo.loss_type=dapo", "at_grpo.save_steps=0",
+        ]),
+    }
+
+
+# ---- the CoMLRL trainers through their public constructors, on the offline test-tiny preset ----------------
+
+def tiny_items(n: int, start: int = 0) -> list[dict]:
+    return [{"prompt": f"Item {i}: plan the route."} for i in range(start, start + n)]
+
+
+def length_reward(first, second):
+    """A joint reward that differs between candidates: agent 0's vowel share + agent 1's length class."""
+    vowels = sum(c in "aeiou" for c in first[0]) / max(len(first[0]), 1)
+    return [vowels + 0.25 * float(len(second[0]) % 3)]
+
+
+length_reward.reward_range = (0.0, 1.5)
+
+
+def revise_transition(prompt, agent_completions, num_agents, prompt_history_per_agent, response_history_per_agent):
+    """The public ``external_transition``: every agent's next prompt names its last response's length."""
+    return [f"{prompt} Revise ({len(c)} chars):" for c in agent_completions]
+
+
+SHARED = dict(max_new_tokens=6, temperature=1.0, top_p=1.0, eval_interval=0, logging_steps=1, disable_tqdm=True)
+
+
+def trainer_record(trainer, extra=()) -> dict:
+    """The trainer's metrics history and the hashes of its agents' (and ``extra`` modules') weights."""
+    trainer.train()
+    models = {id(m): m for m in [*trainer.agents, *extra]}
+    return {"history": strip_timing(trainer.metrics_logger.history), "weights": module_hashes(models.values())}
+
+
+def capture_madpoiter(tmp: Path) -> dict:
+    from comlrl.trainers.preference import MADPOIterConfig, MADPOIterTrainer
+
+    config = MADPOIterConfig(
+        output_dir=str(tmp / "madpoiter"), seed=3, num_iterations=2, num_train_epochs=1,
+        preference_num_candidates=4, preference_pairs_per_sample=2, comparator_policy="current",
+        agent_learning_rate=5e-3, dpo_beta=0.1, train_batch_size=2, gradient_accumulation_steps=2,
+        lr_scheduler_type="linear", warmup_steps=1, top_k=0, **SHARED,
+    )
+    trainer = MADPOIterTrainer(agent_model="test-tiny", num_agents=2, reward_func=length_reward,
+                               train_dataset=tiny_items(4), eval_dataset=tiny_items(2, 100), args=config)
+    return {**trainer_record(trainer), "evaluate": strip_timing(trainer.evaluate())}
+
+
+def capture_magrpo_multiturn(tmp: Path) -> dict:
+    from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
+
+    out = {}
+    runs = {"default": {}, "dapo_accum": dict(loss_type="dapo", gradient_accumulation_steps=2)}
+    for name, overrides in runs.items():
+        config = MAGRPOConfig(
+            output_dir=str(tmp / name), seed=5, num_turns=2, num_generations=2, agent_learning_rate=1e-2,
+            num_train_epochs=1, rollout_buffer_size=2, train_batch_size=2, early_termination_threshold=None,
+            **SHARED, **overrides,
+        )
+        trainer = MAGRPOTrainer(agent_model="test-tiny", num_agents=2, reward_func=length_reward,
+                                train_dataset=tiny_items(4), args=config, external_transition=revise_transition)
+        out[name] = trainer_record(trainer)
+    return out
+
+
+def capture_iac(tmp: Path) -> dict:
+    from comlrl.trainers.actor_critic import IACConfig, IACTrainer
+
+    config = IACConfig(
+        output_dir=str(tmp / "iac"), seed=11, num_turns=1, num_agents=2, num_generations=2,
+        agent_learning_rate=1e-2, critic_learning_rate=1e-2, num_train_epochs=2, rollout_buffer_size=2,
+        critic_type="v", use_separate_critic=True, critic_model_name="test-tiny", **SHARED,
+    )
+    trainer = IACTrainer(agent_model="test-tiny", reward_func=length_reward, train_dataset=tiny_items(4),
+                         args=config)
+    record = trainer_record(trainer)
+    record["critic_weights"] = module_hashes(trainer.critics)
+    return record
 
 
 def capture_learning() -> dict:
@@ -174,6 +276,11 @@ def capture(parts: list[str]) -> dict:
             out[part] = capture_quickstart()
         elif part == "learning":
             out[part] = capture_learning()
+        elif part == "sft":
+            out[part] = capture_sft()
+        else:
+            with tempfile.TemporaryDirectory() as tmp:
+                out[part] = globals()[f"capture_{part}"](Path(tmp))
     return out
 
 
@@ -222,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     for part in shared:
         part_diffs = [d for d in diffs if d.startswith(f"/{part}")]
         status = "identical" if not part_diffs else f"{len(part_diffs)} differences"
-        print(f"{part:<12} {count_leaves(before[part]):>7} values  {status}")
+        print(f"{part:<17} {count_leaves(before[part]):>7} values  {status}")
     for d in diffs[:50]:
         print("  ", d)
     return 1 if diffs else 0
