@@ -1,5 +1,7 @@
 """Data parallelism under ``accelerate launch`` / ``torchrun``: the collectives comlrl's trainers and
-pettingllms' AT-GRPO, GRPO and SFT share (:mod:`pettingllms.trainer.distributed` builds on them).
+pettingllms' AT-GRPO, GRPO, SFT and pipeline share (the one facade of both packages; the update engine's
+hooks are :mod:`comlrl.trainers.core.data_parallel`'s, the rank-0 checkpoint and ``save_model`` path is
+:class:`~comlrl.trainers.core.trainer_core.TrainerCore`'s).
 
 Launch a script that builds a trainer with::
 

@@ -1,7 +1,8 @@
 """Seed derivation: one run seed drives every random stream.
 
 A request's sampling seed is a hash of (run seed, stream, step, item, agent, candidate), so the same
-request gets the same seed whatever batch it lands in and however the batches are cut.
+request gets the same seed whatever batch it lands in and however the batches are cut. Only the functions of
+the global streams import torch, so deriving a seed (a config, an environment) does not.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import random
 from numbers import Integral
 
 import numpy as np
-import torch
 
 _SEED_BITS = 63
 
@@ -43,11 +43,15 @@ def seed_everything(seed: int) -> None:
     seed = int(seed)  # trainer configs accept any integer (numpy's too, negative ones too)
     random.seed(seed)
     np.random.seed(seed % 2**32)  # numpy's legacy seeding takes 32 bits, torch's 64
+    import torch
+
     torch.manual_seed(seed % 2**64)
 
 
 def rng_state() -> dict:
     """Every global random stream, for checkpoints."""
+    import torch
+
     state = {
         "python": random.getstate(),
         "numpy": np.random.get_state(),
@@ -60,6 +64,8 @@ def rng_state() -> dict:
 
 def set_rng_state(state: dict) -> None:
     """Restore what :func:`rng_state` returned."""
+    import torch
+
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])

@@ -9,7 +9,9 @@ in parentheses (:func:`public_wording`: the checks take ``public=``; the device 
 code matching either wording keeps matching. :func:`strict_from_dict` (or the :class:`StrictFromDict`
 mixin) is the one
 ``from_dict`` of every dataclass config: unknown keys are an error naming the class, those keys and the
-known fields, with the closest field (:func:`closest_name`) where one is near.
+known fields, with the closest field (:func:`closest_name`) where one is near. It reads through
+:func:`strict_arguments`, the one strict reader, which pettingllms' config sections use too
+(``pettingllms.config.section_to_dataclass`` words the same errors with the section's dotted keys).
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from numbers import Integral, Real
 from typing import Any, ClassVar
 
 __all__ = [
+    "MissingFieldsError",
     "StrictFromDict",
+    "UnknownFieldsError",
     "canonical_choice",
     "check_bool",
     "check_choice",
@@ -41,6 +45,7 @@ __all__ = [
     "normalize_mapping",
     "override_field",
     "public_wording",
+    "strict_arguments",
     "strict_from_dict",
     "warn",
 ]
@@ -319,29 +324,76 @@ def closest_name(name: str, known: Iterable[str]) -> str | None:
     return matches[0] if matches else None
 
 
-def strict_from_dict(cls: type, values: Mapping[str, Any] | None = None, **overrides: Any) -> Any:
-    """``cls(**values, **overrides)``; a key that is no field of ``cls`` is an error naming the class, the
-    unknown keys and the known fields (worded by ``cls._unknown_fields_message`` when it has one), then
-    "did you mean" the closest field of each unknown key that has one.
+class UnknownFieldsError(ValueError):
+    """Keys of a mapping that are no fields of the dataclass it was read into (:func:`strict_arguments`):
+    ``unknown`` in the mapping's order, ``known`` the fields in declaration order and ``guesses`` the closest
+    field of each unknown key that has one. Its message is the class's (see :func:`strict_from_dict`); a
+    caller with a wording of its own (a config section) words it from these."""
 
-    Use it as ``from_dict = classmethod(strict_from_dict)`` in a dataclass body, or inherit
-    :class:`StrictFromDict`."""
-    merged = {**dict(values or {}), **overrides}
-    known = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(merged) - set(known))
-    if unknown:
+    def __init__(self, cls: type, unknown: list[str], known: list[str]) -> None:
+        self.cls, self.unknown, self.known = cls, unknown, known
+        self.guesses = {key: close for key in unknown if (close := closest_name(key, known)) is not None}
+        names = sorted(unknown)
         template = getattr(cls, "_unknown_fields_message", StrictFromDict._unknown_fields_message)
         message = template.format(
             cls=cls.__name__,
-            unknown=unknown,
+            unknown=names,
             known=known,
-            unknown_names=", ".join(unknown),
+            unknown_names=", ".join(names),
             known_names=", ".join(known),
         )
         # After the message, not inside it: callers match the message's released wording.
-        guesses = [f"`{close}` for `{key}`" for key in unknown if (close := closest_name(key, known))]
-        raise ValueError(message + (f"; did you mean {', '.join(guesses)}?" if guesses else ""))
-    return cls(**merged)
+        guesses = [f"`{self.guesses[key]}` for `{key}`" for key in names if key in self.guesses]
+        super().__init__(message + (f"; did you mean {', '.join(guesses)}?" if guesses else ""))
+
+
+class MissingFieldsError(TypeError):
+    """Required fields (no default) a mapping does not give (:func:`strict_arguments` with ``required=True``)."""
+
+    def __init__(self, cls: type, missing: list[str]) -> None:
+        self.cls, self.missing = cls, missing
+        super().__init__(f"{cls.__name__} needs field(s) {missing}")
+
+
+def strict_arguments(
+    cls: type, values: Mapping[str, Any], *, required: bool = False, tuples: bool = False
+) -> dict[str, Any]:
+    """The keyword arguments of ``cls(**...)`` for dataclass ``cls`` read from ``values``: the one strict
+    reader of both packages' configs (:func:`strict_from_dict` words its errors as comlrl does,
+    ``pettingllms.config.section_to_dataclass`` with a config section's dotted keys).
+
+    A key that is no field of ``cls`` is an :class:`UnknownFieldsError` (a ValueError); with ``required``, a
+    field without a default that ``values`` lacks is a :class:`MissingFieldsError` (a TypeError); with
+    ``tuples``, a list becomes a tuple where the field's default is one (YAML has no tuples)."""
+    if not dataclasses.is_dataclass(cls) or not isinstance(cls, type):
+        raise TypeError(f"`cls` must be a dataclass, got {cls!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = [key for key in values if key not in fields]
+    if unknown:
+        raise UnknownFieldsError(cls, unknown, list(fields))
+    if required:
+        missing = [
+            name for name, f in fields.items()
+            if name not in values and f.default is MISSING and f.default_factory is MISSING
+        ]
+        if missing:
+            raise MissingFieldsError(cls, missing)
+    kwargs = dict(values)
+    if tuples:
+        for key, value in kwargs.items():
+            if isinstance(value, list) and isinstance(fields[key].default, tuple):
+                kwargs[key] = tuple(value)
+    return kwargs
+
+
+def strict_from_dict(cls: type, values: Mapping[str, Any] | None = None, **overrides: Any) -> Any:
+    """``cls(**values, **overrides)``; a key that is no field of ``cls`` is an error naming the class, the
+    unknown keys and the known fields (worded by ``cls._unknown_fields_message`` when it has one), then
+    "did you mean" the closest field of each unknown key that has one (:func:`strict_arguments`).
+
+    Use it as ``from_dict = classmethod(strict_from_dict)`` in a dataclass body, or inherit
+    :class:`StrictFromDict`."""
+    return cls(**strict_arguments(cls, {**dict(values or {}), **overrides}))
 
 
 class StrictFromDict:

@@ -72,6 +72,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from comlrl import distributed as dist
 from comlrl.atomic_io import atomic_write_json, remove_stale_temporaries
 from comlrl.seeding import derive_seed, seed_everything
 from pettingllms.config.loader import (
@@ -99,7 +100,6 @@ from pettingllms.stages.madpo_from_trees import madpo_from_trees_settings, run_m
 from pettingllms.stages.marlhf import marlhf_settings, run_marlhf
 from pettingllms.stages.preference import run_preference_stage
 from pettingllms.stages.sft import run_sft, sft_settings
-from pettingllms.trainer import distributed as dist
 from pettingllms.trainer import fsdp
 from pettingllms.workers.stage import RAY_STAGES
 

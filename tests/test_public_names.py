@@ -8,6 +8,9 @@ import importlib
 import pytest
 
 MODULES = (
+    "comlrl.rl",
+    "comlrl.rollout",
+    "comlrl.rollout.vllm",
     "comlrl.trainers",
     "comlrl.trainers.base",
     "comlrl.trainers.policy_learning",
@@ -25,6 +28,9 @@ MODULES = (
     "pettingllms.workers",
     "pettingllms.trainer.at_grpo",
     "pettingllms.pipeline",
+    "pettingllms.contract",
+    "pettingllms.stages.context",
+    "pettingllms.stages.instances",
     "pettingllms.stages.preference",
     "pettingllms.stages.benchmarks",
     "pettingllms.stages.contamination",

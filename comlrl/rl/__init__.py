@@ -1,5 +1,8 @@
 """Shared RL math as small pure torch functions, used by comlrl's trainers and pettingllms' AT-GRPO.
 
+The names they accept (:mod:`comlrl.rl.names`: ``LOSS_TYPES``, ``KL_ESTIMATORS``, ``CRITIC_TYPES``, ...) import
+without torch, so a config checks its fields against them without it; the functions load on first access.
+
 - :mod:`comlrl.rl.advantages`: group baselines (mean / raw / leave-one-out / max), ``compute_advantages``
   with TRL's ``scale_rewards``, ``mix_rewards``, ``group_stats``.
 - :mod:`comlrl.rl.losses`: masked REINFORCE and PPO-clip token losses, ``aggregate_token_loss`` with TRL's
@@ -14,40 +17,38 @@
   drops.
 """
 
-from comlrl.rl.advantages import (
+import importlib
+from typing import Any
+
+from comlrl.rl.names import (
+    CRITIC_TYPES,
     ESTIMATORS,
+    JOINT_MODES,
+    KL_ESTIMATORS,
+    LOSS_TYPES,
     RL_ALGORITHM_ESTIMATORS,
     SCALE_REWARDS,
-    GroupStats,
-    compute_advantages,
-    group_ids_from_keys,
-    group_max_baseline,
-    group_mean_baseline,
-    group_stats,
-    leave_one_out_baseline,
-    mix_rewards,
-    raw_returns,
 )
-from comlrl.rl.finite import finite_group_mask, is_finite, nonfinite_names
-from comlrl.rl.kl import KL_ESTIMATORS, kl_penalized_rewards, per_token_kl, sequence_kl
-from comlrl.rl.losses import (
-    LOSS_TYPES,
-    PPOLossOutput,
-    aggregate_token_loss,
-    masked_entropy,
-    policy_gradient_loss,
-    ppo_clip_loss,
-)
-from comlrl.rl.masking import masked_mean, masked_sum, masked_var, masked_whiten
-from comlrl.rl.returns import (
-    JOINT_MODES,
-    agent_candidate_returns,
-    joint_indices,
-    rewards_to_go,
-    td_targets,
-    tree_returns,
-)
-from comlrl.rl.values import CRITIC_TYPES, critic_advantages, explained_variance, value_loss
+
+# name -> the module that defines it (imported on first access: they need torch).
+_LAZY = {
+    **dict.fromkeys(
+        ("GroupStats", "compute_advantages", "group_ids_from_keys", "group_max_baseline", "group_mean_baseline",
+         "group_stats", "leave_one_out_baseline", "mix_rewards", "raw_returns"),
+        "comlrl.rl.advantages",
+    ),
+    **dict.fromkeys(("finite_group_mask", "is_finite", "nonfinite_names"), "comlrl.rl.finite"),
+    **dict.fromkeys(("kl_penalized_rewards", "per_token_kl", "sequence_kl"), "comlrl.rl.kl"),
+    **dict.fromkeys(
+        ("PPOLossOutput", "aggregate_token_loss", "masked_entropy", "policy_gradient_loss", "ppo_clip_loss"),
+        "comlrl.rl.losses",
+    ),
+    **dict.fromkeys(("masked_mean", "masked_sum", "masked_var", "masked_whiten"), "comlrl.rl.masking"),
+    **dict.fromkeys(
+        ("agent_candidate_returns", "joint_indices", "rewards_to_go", "td_targets", "tree_returns"), "comlrl.rl.returns"
+    ),
+    **dict.fromkeys(("critic_advantages", "explained_variance", "value_loss"), "comlrl.rl.values"),
+}
 
 __all__ = [
     "CRITIC_TYPES",
@@ -90,3 +91,9 @@ __all__ = [
     "tree_returns",
     "value_loss",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'comlrl.rl' has no attribute {name!r}")

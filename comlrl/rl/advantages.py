@@ -39,6 +39,8 @@ from dataclasses import dataclass
 
 import torch
 
+from comlrl.rl.names import ESTIMATORS, RL_ALGORITHM_ESTIMATORS, SCALE_REWARDS
+
 __all__ = [
     "ESTIMATORS",
     "RL_ALGORITHM_ESTIMATORS",
@@ -53,11 +55,6 @@ __all__ = [
     "mix_rewards",
     "raw_returns",
 ]
-
-ESTIMATORS = ("mean", "raw", "rloo", "max")
-# CoMLRL's ``rl_algorithm`` names for the same estimators (MARLHF's MAGRPO-family backends).
-RL_ALGORITHM_ESTIMATORS = {"magrpo": "mean", "mareinforce": "raw", "marloo": "rloo", "maremax": "max"}
-SCALE_REWARDS = ("group", "batch", "none")
 
 
 # --------------------------------------------------------------------------------------------- grouping

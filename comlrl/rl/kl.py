@@ -18,10 +18,9 @@ from __future__ import annotations
 import torch
 
 from comlrl.rl.masking import as_bool_mask, masked_sum
+from comlrl.rl.names import KL_ESTIMATORS
 
 __all__ = ["KL_ESTIMATORS", "kl_penalized_rewards", "per_token_kl", "sequence_kl"]
-
-KL_ESTIMATORS = ("k1", "k2", "k3")
 
 
 def per_token_kl(

@@ -17,9 +17,12 @@ A per-token loss ``ℓ_{b,t}`` is reduced by :func:`aggregate_token_loss`, with 
                    the sequences)
 =================  ============================================================================
 
-With gradient accumulation over ``k`` micro-batches, divide the ``grpo`` / ``bnpo`` / ``dr_grpo`` /
-``sequence_sum`` losses by ``k`` (as TRL does); ``dapo`` needs no division when ``num_items_in_batch``
-counts the tokens of all ``k`` micro-batches.
+Gradient accumulation over ``k`` micro-batches weighs these losses in the update engine, one rule per loss
+type (:func:`comlrl.trainers.core.optimization.micro_batch_weights`, whose module docstring has the table):
+``dapo`` always ends as ``Σ m·ℓ`` over the whole step divided by the step's tokens (micro-batches and ranks),
+with ``num_items_in_batch`` the step's tokens (pettingllms) or each micro-batch's own tokens re-weighted by
+the engine (comlrl); the per-batch means are averaged over the micro-batches (by 1/k in pettingllms, by
+rows in comlrl).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import torch
 
 from comlrl.rl.kl import per_token_kl
 from comlrl.rl.masking import as_bool_mask, masked_mean
+from comlrl.rl.names import LOSS_TYPES
 
 __all__ = [
     "LOSS_TYPES",
@@ -39,8 +43,6 @@ __all__ = [
     "policy_gradient_loss",
     "ppo_clip_loss",
 ]
-
-LOSS_TYPES = ("grpo", "bnpo", "token", "dr_grpo", "dapo", "sequence_sum")
 
 
 def aggregate_token_loss(

@@ -17,9 +17,9 @@ import itertools
 import math
 from collections.abc import Sequence
 
-__all__ = ["JOINT_MODES", "agent_candidate_returns", "joint_indices", "rewards_to_go", "td_targets", "tree_returns"]
+from comlrl.rl.names import JOINT_MODES
 
-JOINT_MODES = ("aligned", "cross")
+__all__ = ["JOINT_MODES", "agent_candidate_returns", "joint_indices", "rewards_to_go", "td_targets", "tree_returns"]
 
 
 def joint_indices(num_agents: int, k: int, mode: str) -> list[tuple[int, ...]]:

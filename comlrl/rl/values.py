@@ -24,10 +24,9 @@ import torch
 
 from comlrl.rl.advantages import group_mean_baseline
 from comlrl.rl.masking import as_bool_mask, masked_mean, masked_var
+from comlrl.rl.names import CRITIC_TYPES
 
 __all__ = ["CRITIC_TYPES", "critic_advantages", "explained_variance", "value_loss"]
-
-CRITIC_TYPES = ("v", "q")
 
 
 def value_loss(

@@ -4,8 +4,9 @@
 >>> backend = HFBackend.from_model(model, tokenizer)
 >>> [[completion]] = backend.generate([GenerationRequest("Hello", seed=1)], SamplingParams(max_new_tokens=8))
 
-``APIBackend`` (remote models) and ``VLLMBackend`` / ``VLLMSettings`` (vLLM engines, the ``vllm`` extra) are
-loaded on first access, so a problem in those modules never breaks ``import comlrl.rollout``.
+``HFBackend`` (with torch and transformers), ``APIBackend`` (remote models) and ``VLLMBackend`` / ``VLLMSettings``
+(vLLM engines, the ``vllm`` extra) are loaded on first access, so a problem in those modules never breaks
+``import comlrl.rollout``, and the request types import without torch.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from comlrl.rollout.hf import DEFAULT_TOKEN_BUDGET, HFBackend, PolicyHandle
-from comlrl.rollout.sampling import SeededSampler, sample_step
 from comlrl.rollout.types import (
     FINISH_LENGTH,
     FINISH_STOP,
@@ -27,6 +26,12 @@ from comlrl.rollout.types import (
 )
 
 _LAZY = {
+    # torch and transformers load with the HF backend, not with the types (a config reads without them).
+    "DEFAULT_TOKEN_BUDGET": "comlrl.rollout.hf",
+    "HFBackend": "comlrl.rollout.hf",
+    "PolicyHandle": "comlrl.rollout.hf",
+    "SeededSampler": "comlrl.rollout.sampling",
+    "sample_step": "comlrl.rollout.sampling",
     "APIBackend": "comlrl.rollout.api",
     "APIError": "comlrl.rollout.api",
     "APIRequestError": "comlrl.rollout.api",

@@ -1,7 +1,9 @@
-"""The ``env`` section of a run config turned into what the registry builds: :func:`env_arguments`.
+"""The ``env`` section of a run config turned into what the registry builds: :func:`env_arguments`, for the
+run's workflow :func:`workflow_env`, and the env worker the environment needs (:func:`make_env_worker`).
 
-Kept apart from :mod:`pettingllms.config.loader` so that the stages' instance checks
-(:mod:`pettingllms.stages.instances`), which the loader's ``validate_config`` runs, need not import the loader.
+Kept apart from :mod:`pettingllms.config.loader` so that the instance checks (:mod:`pettingllms.config.instances`),
+which the loader's ``validate_config`` runs, need not import the loader; the stages and the Ray workers take these
+from here (:mod:`pettingllms.stages.context` re-exports them).
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["ENV_KEYS", "STAGE_SET_ENV_FIELDS", "env_arguments"]
+from pettingllms.config.levels import run_workflow
+
+__all__ = ["ENV_KEYS", "STAGE_SET_ENV_FIELDS", "env_arguments", "make_env_worker", "workflow_env"]
 
 # Keys of the env section that are not fields of the environment's config.
 ENV_KEYS: tuple[str, ...] = ("name", "tools", "agent_options")
@@ -53,3 +57,32 @@ def env_arguments(
     if env.get("tools") is not None and "tool" in roles:
         options.setdefault("tool", {}).setdefault("tools", list(env["tools"]))
     return env["name"], fields, options
+
+
+def workflow_env(
+    config: Mapping[str, Any], turn_order: Sequence[str] | None = None, purpose: str = "eval"
+) -> tuple[str, dict[str, Any], dict[str, dict[str, Any]]]:
+    """``(env name, env fields, agent options)`` playing ``turn_order`` (default:
+    :func:`~pettingllms.config.levels.run_workflow`), the environment built for ``purpose``: ``train`` in the
+    training stages, ``eval`` otherwise (a dataset environment's seeds then index its train or its test split)."""
+    return env_arguments(config, run_workflow(config) if turn_order is None else turn_order, purpose)
+
+
+def make_env_worker(config: Mapping[str, Any]):
+    """A :class:`~pettingllms.sandbox.SandboxPool` when the environment needs one for this config
+    (``sandbox_needed``: ``code`` judges code, ``math`` runs its tool agent's programs) or an agent of the
+    config uses the ``python`` tool, else None (the environments' own tools run in-process)."""
+    from pettingllms.registry import get_env_class, make_agents, make_worker
+
+    name, fields, options = workflow_env(config)
+    env_class = get_env_class(name)
+    if hasattr(env_class, "sandbox_needed"):
+        needed = env_class.sandbox_needed(env_class.config_class.from_dict(fields))
+    else:  # envs need not subclass BaseEnv
+        needed = getattr(env_class, "needs_sandbox", False)
+    if needed:
+        return make_worker("sandbox")
+    agents = make_agents(name, fields["turn_order"], options)
+    if any("python" in tuple(getattr(agent, "tools", ()) or ()) for agent in agents):
+        return make_worker("sandbox")
+    return None

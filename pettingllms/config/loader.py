@@ -42,7 +42,7 @@ from typing import Any
 import yaml
 
 from comlrl.atomic_io import atomic_write_text
-from comlrl.validation import closest_name
+from comlrl.validation import MissingFieldsError, UnknownFieldsError, closest_name, strict_arguments
 from pettingllms.config.env_section import ENV_KEYS, STAGE_SET_ENV_FIELDS, env_arguments
 from pettingllms.config.errors import ConfigError
 from pettingllms.config.imports import IMPORTS_KEY, check_module_names, import_modules, merged_imports
@@ -464,35 +464,27 @@ def _plain(value: Any) -> Any:
 # ---- sections -> objects ---------------------------------------------------------------------------
 
 def section_to_dataclass(cls: type, mapping: Mapping[str, Any] | None, section_name: str) -> Any:
-    """``cls(**mapping)`` for a config dataclass; unknown or missing fields name ``section.field``.
+    """``cls(**mapping)`` for a config dataclass, read by comlrl's one strict reader
+    (:func:`comlrl.validation.strict_arguments`); unknown or missing fields name ``section.field``.
 
     Lists become tuples where the field's default is a tuple. A ValueError raised by the class's own
     validation comes back as a ConfigError prefixed with the section.
     """
-    if not dataclasses.is_dataclass(cls):
-        raise TypeError(f"`cls` must be a dataclass, got {cls!r}")
     mapping = {} if mapping is None else mapping
     if not isinstance(mapping, Mapping):
         raise ConfigError(f"section `{section_name}` must be a mapping, got {_type_name(mapping)} {mapping!r}")
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = [k for k in mapping if k not in fields]
-    if unknown:
-        guess = did_you_mean(unknown[0], fields, prefix=f"{section_name}.")
+    try:
+        kwargs = strict_arguments(cls, mapping, required=True, tuples=True)
+    except UnknownFieldsError as error:  # the section's wording: its dotted key, the first unknown one
+        first = error.unknown[0]
+        close = error.guesses.get(first)
+        guess = f"did you mean `{section_name}.{close}`? " if close is not None else ""
         raise ConfigError(
-            f"unknown key `{section_name}.{unknown[0]}` for {cls.__name__}; {guess}known keys of "
-            f"`{section_name}`: {sorted(fields)}"
-        )
-    missing = [
-        name for name, f in fields.items()
-        if name not in mapping and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    ]
-    if missing:
-        raise ConfigError(f"missing key `{section_name}.{missing[0]}` (required by {cls.__name__})")
-    kwargs = {}
-    for key, value in mapping.items():
-        if isinstance(value, list) and isinstance(fields[key].default, tuple):
-            value = tuple(value)
-        kwargs[key] = value
+            f"unknown key `{section_name}.{first}` for {cls.__name__}; {guess}known keys of "
+            f"`{section_name}`: {sorted(error.known)}"
+        ) from None
+    except MissingFieldsError as error:
+        raise ConfigError(f"missing key `{section_name}.{error.missing[0]}` (required by {cls.__name__})") from None
     try:
         return cls(**kwargs)
     except (ValueError, TypeError) as exc:
@@ -506,7 +498,7 @@ def validate_config(config: Mapping[str, Any]) -> None:
     need from them (:mod:`pettingllms.contract`), ``policy.agents`` matches the
     turn order and the level, ``run.backend`` / ``placement`` fit the run's policies, stages are known, every stage's seeds fit the split it plays, and no
     training stage plays a held-out eval instance
-    (:func:`~pettingllms.stages.instances.check_held_out_instances`)."""
+    (:func:`~pettingllms.config.instances.check_held_out_instances`)."""
     from pettingllms.registry import make_agents, make_env
 
     run = config["run"]
@@ -526,7 +518,7 @@ def validate_config(config: Mapping[str, Any]) -> None:
     if not isinstance(config["model"]["name"], str) or not config["model"]["name"]:
         raise ConfigError(f"`model.name` must be a preset, a local path or a hub id, got {config['model']['name']!r}")
 
-    from pettingllms.contract import check_classes, check_contract
+    from pettingllms.config.contract import check_classes, check_contract
 
     name, fields, options = env_arguments(config)
     check_classes(name)  # the protocol's methods, named, before building
@@ -558,14 +550,14 @@ def validate_config(config: Mapping[str, Any]) -> None:
         raise ConfigError(f"`policy.level` L1 shares one policy among all agents, got `policy.agents` {agents}")
     if level in ("L2", "L3") and len(set(policies)) != len(policies):
         raise ConfigError(f"`policy.level` {level} gives each agent its own policy, got `policy.agents` {agents}")
-    from pettingllms.workers.placement import check_backend_config
+    from pettingllms.config.placement_section import check_backend_config
 
     # run.backend and its keys, and `placement` against the run's policy names (in turn order).
     check_backend_config(config, list(dict.fromkeys(agents[role] for role in roles)))
-    from pettingllms.execution.generation import check_generation_config
+    from pettingllms.config.rollout_section import check_generation_config
 
     check_generation_config(config)  # rollout.backend (hf | vllm | api) and its keys
-    from pettingllms.execution.transcripts import check_state_max_chars
+    from pettingllms.config.rollout_section import check_state_max_chars
 
     try:
         check_state_max_chars(config["rollout"].get("transcript_state_max_chars"), "rollout.transcript_state_max_chars")
@@ -582,7 +574,7 @@ def validate_config(config: Mapping[str, Any]) -> None:
         if not isinstance(config.get(stage), dict):
             raise ConfigError(f"section `{stage}` is missing or not a mapping")
 
-    from pettingllms.stages.instances import check_held_out_instances
+    from pettingllms.config.instances import check_held_out_instances
 
     # Every stage's seeds fit its split, and no training stage plays an instance eval plays.
     check_held_out_instances(config)

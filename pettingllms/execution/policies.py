@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 from comlrl.rollout.types import FINISH_STOP, Completion, GenerationRequest, SamplingParams
 from comlrl.seeding import derive_seed
 from comlrl.validation import strict_from_dict
+from pettingllms.config.levels import POLICY_LEVELS, level_policy_map, level_turn_order
 from pettingllms.execution.router import Router
 
 __all__ = [
@@ -39,8 +40,6 @@ __all__ = [
     "level_turn_order",
 ]
 
-POLICY_LEVELS: tuple[str, ...] = ("L0", "L1", "L2", "L3")
-SINGLE_ROLE = "single"
 
 
 @dataclass
@@ -117,40 +116,10 @@ class PolicyConfig:
         )
 
 
-def level_turn_order(policy_level: str, turn_order: Sequence[str]) -> tuple[str, ...]:
-    """The workflow a level plays: L0 is the ``single`` role alone; other levels keep ``turn_order``."""
-    if policy_level not in POLICY_LEVELS:
-        raise ValueError(f"`policy_level` must be one of {list(POLICY_LEVELS)}, got {policy_level!r}")
-    if policy_level == "L0":
-        return (SINGLE_ROLE,)
-    order = tuple(turn_order)
-    if not order:
-        raise ValueError("`turn_order` must name at least one role")
-    return order
-
-
 def agent_policy_map(config: PolicyConfig, roles: Sequence[str]) -> dict[str, str]:
-    """``{role: policy}`` for ``roles`` (distinct, in first-appearance order) under ``config``."""
-    roles = list(dict.fromkeys(roles))
-    if config.agent_policies is None:
-        if config.policy_level == "L1":
-            return {role: "shared" for role in roles}
-        return {role: role for role in roles}
-    mapping = dict(config.agent_policies)
-    missing = [r for r in roles if r not in mapping]
-    stray = [r for r in mapping if r not in roles]
-    if missing or stray:
-        raise ValueError(
-            f"`agent_policies` must map exactly the roles {roles}; missing {missing}, "
-            f"not in the workflow {stray}"
-        )
-    mapping = {r: mapping[r] for r in roles}
-    if config.policy_level in ("L0", "L1") and len(set(mapping.values())) != 1:
-        raise ValueError(
-            f"`agent_policies` maps roles to {sorted(set(mapping.values()))} but policy_level "
-            f"{config.policy_level} has one policy; use L2 or L3 for several"
-        )
-    return mapping
+    """``{role: policy}`` for ``roles`` (distinct, in first-appearance order) under ``config``
+    (:func:`pettingllms.config.levels.level_policy_map`)."""
+    return level_policy_map(config.policy_level, config.agent_policies, roles)
 
 
 def build_policy(config: PolicyConfig, turn_order: Sequence[str]):

@@ -26,27 +26,22 @@ from typing import Any
 from comlrl.atomic_io import append_line, atomic_write_text
 from comlrl.reporting import read_jsonl
 from comlrl.seeding import derive_seed
+from pettingllms.config.rollout_section import MIN_STATE_MAX_CHARS, check_state_max_chars
 from pettingllms.execution.samples import Sample
 from pettingllms.execution.state_snapshots import limit_snapshot
 
-__all__ = ["TRANSCRIPT_FILE", "TranscriptWriter", "check_state_max_chars", "episode_sampled", "transcript_record"]
+__all__ = [
+    "MIN_STATE_MAX_CHARS",
+    "TRANSCRIPT_FILE",
+    "TranscriptWriter",
+    "check_state_max_chars",
+    "episode_sampled",
+    "transcript_record",
+]
 
 TRANSCRIPT_FILE = "rollouts.jsonl"
-#: The smallest ``state_max_chars`` (a smaller limit leaves nothing readable of a state).
-MIN_STATE_MAX_CHARS = 100
 
 logger = logging.getLogger("pettingllms.execution")
-
-
-def check_state_max_chars(value: Any, name: str = "transcript_state_max_chars") -> int | None:
-    """``value`` if it is None (no limit) or an integer >= 100, else a ValueError naming ``name``."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < MIN_STATE_MAX_CHARS:
-        raise ValueError(
-            f"`{name}` must be null (no limit) or an integer >= {MIN_STATE_MAX_CHARS}, got {value!r}"
-        )
-    return value
 
 
 def episode_sampled(seed: int, step: int, problem_id: int, rate: float) -> bool:

@@ -32,12 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from comlrl import distributed as dist
 from comlrl.seeding import derive_seed
 from comlrl.validation import check_float, check_int
 from pettingllms.config.loader import ConfigError, section_to_dataclass
 from pettingllms.stages.context import StageContext, workflow_env
 from pettingllms.stages.eval import eval_plan, evaluate_benchmarks
-from pettingllms.trainer import distributed as dist
 from pettingllms.trainer.at_grpo import ATGRPOTrainer
 from pettingllms.workers.stage import attach, stage_workers
 
@@ -190,7 +190,7 @@ def at_grpo_config(stage: str, config: Mapping[str, Any], output_dir: str | Path
 
 def at_grpo_settings(stage: str, config: Mapping[str, Any], stage_dir: str | Path, progress: bool = True) -> ATGRPOStageSettings:
     """The checked settings of stage ``at_grpo`` / ``grpo`` (``grpo`` needs ``policy.level`` L0)."""
-    from pettingllms.stages.instances import check_held_out_instances
+    from pettingllms.config.instances import check_held_out_instances
 
     if stage == "grpo" and config["policy"]["level"] != "L0":
         raise ConfigError(

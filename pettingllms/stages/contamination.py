@@ -39,9 +39,9 @@ def contamination_report(config: Mapping[str, Any]) -> dict[str, Any] | None:
     (:meth:`~pettingllms.envs.contamination.ContaminationReport.to_json` plus ``checked``); a report with
     ``checked: false`` and the ``reason`` when there is nothing to compare; None when the pipeline trains
     nothing or evaluates nothing."""
+    from pettingllms.config.instances import SEEDED_TRAINING_STAGES, check_held_out_instances, stage_env
     from pettingllms.envs.contamination import find_overlaps
     from pettingllms.stages.eval import eval_plan
-    from pettingllms.stages.instances import SEEDED_TRAINING_STAGES, check_held_out_instances, stage_env
 
     pipeline = list(dict.fromkeys(config["pipeline"]))
     stages = [stage for stage in pipeline if stage in SEEDED_TRAINING_STAGES]

@@ -5,6 +5,10 @@ A stage is two functions of its module (:mod:`pettingllms.stages.sft`, ``at_grpo
 from a resolved run config (the pipeline calls it once for every stage before the first one starts), and
 ``run_<stage>(context)`` runs the stage on a :class:`StageContext` and returns its summary metrics.
 
+The roles a run plays (:func:`run_workflow`), the environment arguments of its workflow (:func:`workflow_env`)
+and its env worker (:func:`make_env_worker`) are the config's (:mod:`pettingllms.config.levels`,
+:mod:`pettingllms.config.env_section`), imported here for the stages.
+
 Data-parallel runs (``accelerate launch`` / ``torchrun``, :mod:`pettingllms.trainer.distributed`): every rank
 runs every stage; only rank 0 writes (a rank > 0 gets a :meth:`StageContext.metrics_logger` that writes
 nothing). Stages without a data-parallel mode refuse a world size above 1 in their settings
@@ -13,12 +17,14 @@ nothing). Stages without a data-parallel mode refuse a world size above 1 in the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pettingllms.config.loader import ConfigError, env_arguments
+from pettingllms.config.env_section import make_env_worker, workflow_env
+from pettingllms.config.errors import ConfigError
+from pettingllms.config.levels import run_workflow
 
 __all__ = [
     "RL_STAGES",
@@ -89,8 +95,8 @@ class StageContext:
     def metrics_logger(self):
         """A fresh :class:`~comlrl.reporting.MetricsLogger` writing ``stage_dir/metrics.jsonl`` (for stages
         that do not own a trainer's logger); on a data-parallel rank > 0 one that writes nothing."""
+        from comlrl import distributed as dist
         from comlrl.reporting import MetricsLogger
-        from pettingllms.trainer import distributed as dist
 
         if not dist.is_main_process():
             return dist.RankMetricsLogger()
@@ -102,7 +108,7 @@ class StageContext:
 def check_one_process(stage: str) -> None:
     """Refuse stage ``stage`` under a data-parallel launch (world size > 1): it has no data-parallel mode
     yet, and every rank running it whole would train the same policy twice over and race on its files."""
-    from pettingllms.trainer import distributed as dist
+    from comlrl import distributed as dist
 
     size = dist.world_size()
     if size > 1:
@@ -110,23 +116,6 @@ def check_one_process(stage: str) -> None:
             f"stage `{stage}` has no data-parallel mode yet, and this run has world size {size} "
             "(accelerate launch / torchrun): run a pipeline with it in one process, without the launcher"
         )
-
-
-def run_workflow(config: Mapping[str, Any]) -> list[str]:
-    """The roles that act in a run, in turn order: ``env.turn_order`` at ``policy.level`` (L0: the
-    environment's ``single`` role alone)."""
-    from pettingllms.execution import level_turn_order
-
-    return list(level_turn_order(config["policy"]["level"], config["env"]["turn_order"]))
-
-
-def workflow_env(
-    config: Mapping[str, Any], turn_order: Sequence[str] | None = None, purpose: str = "eval"
-) -> tuple[str, dict[str, Any], dict[str, dict[str, Any]]]:
-    """``(env name, env fields, agent options)`` playing ``turn_order`` (default: :func:`run_workflow`), the
-    environment built for ``purpose``: ``train`` in the training stages, ``eval`` otherwise (a dataset
-    environment's seeds then index its train or its test split)."""
-    return env_arguments(config, run_workflow(config) if turn_order is None else turn_order, purpose)
 
 
 def run_policy_config(config: Mapping[str, Any]):
@@ -183,23 +172,3 @@ def check_run_inputs(config: Mapping[str, Any]) -> None:
             raise ConfigError(f"`model.device` is {device!r} but this machine has {count} CUDA device(s); use cpu")
     elif parsed.type != "cpu":
         raise ConfigError(f"`model.device` must be cpu, cuda or cuda:N, got {device!r}")
-
-
-def make_env_worker(config: Mapping[str, Any]):
-    """A :class:`~pettingllms.sandbox.SandboxPool` when the environment needs one for this config
-    (``sandbox_needed``: ``code`` judges code, ``math`` runs its tool agent's programs) or an agent of the
-    config uses the ``python`` tool, else None (the environments' own tools run in-process)."""
-    from pettingllms.registry import get_env_class, make_agents, make_worker
-
-    name, fields, options = workflow_env(config)
-    env_class = get_env_class(name)
-    if hasattr(env_class, "sandbox_needed"):
-        needed = env_class.sandbox_needed(env_class.config_class.from_dict(fields))
-    else:  # envs need not subclass BaseEnv
-        needed = getattr(env_class, "needs_sandbox", False)
-    if needed:
-        return make_worker("sandbox")
-    agents = make_agents(name, fields["turn_order"], options)
-    if any("python" in tuple(getattr(agent, "tools", ()) or ()) for agent in agents):
-        return make_worker("sandbox")
-    return None

@@ -36,10 +36,10 @@ from typing import Any
 
 from comlrl.atomic_io import atomic_write_json
 from pettingllms.agents.failures import failure_counts
+from pettingllms.config.benchmarks import Benchmark, benchmark_configs
 from pettingllms.config.loader import RESOLVED_CONFIG_FILE, ConfigError, section_to_dataclass
 from pettingllms.execution.pass_at_k import CONFIDENCE, mean_pass_at_k, pass_at_k_intervals, pass_at_k_sizes
 from pettingllms.execution.router import Router
-from pettingllms.stages.benchmarks import Benchmark, benchmark_configs
 from pettingllms.stages.context import StageContext, run_workflow, workflow_env
 
 __all__ = [
@@ -112,7 +112,7 @@ def eval_settings(stage: str, config: Mapping[str, Any], stage_dir: Path | None 
     instances of the split evaluation plays from ``seed_start`` (a dataset environment's whole test split)."""
     section = dict(config["eval"])
     if section.get("num_instances") is None:
-        from pettingllms.stages.instances import check_held_out_instances
+        from pettingllms.config.instances import check_held_out_instances
 
         section["num_instances"] = len(check_held_out_instances(config, ["eval"])["eval"])
     return section_to_dataclass(EvalSettings, section, "eval")
@@ -212,7 +212,7 @@ def scripted_router(config: Mapping[str, Any], name: str) -> Router:
         raise ConfigError(str(error)) from error
     check = getattr(policy, "check_instances", None)
     if check is not None:  # a policy that cannot play some instances says so before the first episode
-        from pettingllms.stages.instances import stage_env
+        from pettingllms.config.instances import stage_env
 
         try:
             check(stage_env(config, "eval"), eval_settings("eval", config).seeds)
@@ -467,7 +467,7 @@ def run_eval(context: StageContext) -> dict[str, float]:
     metrics and, with ``eval.transcripts_rate`` > 0, the drawn episodes' transcripts
     (``rollouts.jsonl``, for ``pettingllms show``), all on rank 0 of a data-parallel run. A progress bar
     on stderr with ``run.progress``."""
-    from pettingllms.trainer import distributed as dist
+    from comlrl import distributed as dist
 
     plan = context.settings_or(eval_plan)
     main = dist.is_main_process()

@@ -72,7 +72,7 @@ def sft_demonstrations(
     if held_out_seeds is None:
         # The eval instances: compared by problem id for a dataset (its seeds index another split),
         # by seed for generated tasks.
-        from pettingllms.stages.instances import check_held_out_instances
+        from pettingllms.config.instances import check_held_out_instances
 
         check_held_out_instances(config, ["sft", "eval"])
         held_out_seeds = ()
@@ -125,7 +125,7 @@ def sft_stage(
 
 def run_sft(context: StageContext) -> dict[str, float]:
     """The warm start (:func:`sft_stage`); per-step losses in the stage's metrics."""
-    from pettingllms.trainer import distributed as dist
+    from comlrl import distributed as dist
 
     logger = context.metrics_logger()
     try:

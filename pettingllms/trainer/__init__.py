@@ -22,7 +22,7 @@ _LAZY = {
     "member_table": "pettingllms.trainer.grouping",
     "PolicyUpdater": "pettingllms.trainer.policy_update",
     "UpdateResult": "pettingllms.trainer.policy_update",
-    "init_distributed": "pettingllms.trainer.distributed",
+    "init_distributed": "comlrl.distributed",
     "rollout_metrics": "pettingllms.trainer.metrics",
     "sample_advantages": "pettingllms.trainer.grouping",
     "SFTWarmStartConfig": "pettingllms.trainer.sft",

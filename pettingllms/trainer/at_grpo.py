@@ -35,15 +35,18 @@ overridden :meth:`ATGRPOTrainer.generate_and_score`.)
 
 One policy's optimizer, scheduler and step 4 live in :class:`~pettingllms.trainer.policy_update.PolicyUpdater`
 (one per policy in :attr:`ATGRPOTrainer.updaters`; objects with its interface, e.g. remote update
-workers, can be passed as ``updaters``); the trainer replays each update's non-finite events into its guard.
+workers, can be passed as ``updaters``), whose optimizer steps go through the update engine every trainer
+shares (:class:`comlrl.trainers.core.optimization.GradientSteps`); the trainer replays each update's
+non-finite events into its guard.
 
-Data-parallel (launched with ``accelerate launch --multi_gpu --num_processes N`` or ``torchrun``; details in
-:mod:`pettingllms.trainer.distributed`): step 1 stays global (same ids and seeds as one process) and rank r
+Data-parallel (launched with ``accelerate launch --multi_gpu --num_processes N`` or ``torchrun``; the collectives
+of :mod:`comlrl.distributed`, details in :mod:`pettingllms.trainer.step_view`): step 1 stays global (same ids and seeds as one process) and rank r
 rolls out its contiguous shard of them; step 3 is local (groups are per problem); in step 4 the token count
 of each optimizer step and the gradients are summed over ranks and every rank makes the same number of
 optimizer steps, so a step equals the one-process step over the same global rows. Metrics are computed on
 the gathered samples (what one process logs, except ``generate_calls``: the sum of the ranks' calls); rank 0
-alone writes ``metrics.jsonl``, transcripts, checkpoints and ``save_model`` (every rank calls them); a
+alone writes ``metrics.jsonl``, transcripts, checkpoints and ``save_model`` (every rank calls them; the rank-0
+path of :class:`~comlrl.trainers.core.trainer_core.TrainerCore`, which comlrl's trainers share); a
 checkpoint records ``world_size`` and resuming it on another world size is an error. ``problems_per_step``
 must be at least the world size. Every rank holds a whole copy of each policy for its rollouts; with FSDP
 selected (accelerate's config, or ``ACCELERATE_USE_FSDP=true`` under torchrun; :mod:`pettingllms.trainer.fsdp`)
@@ -83,7 +86,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -91,6 +93,7 @@ from typing import Any
 
 import torch
 
+from comlrl import distributed as dist
 from comlrl.rl import finite_group_mask, group_ids_from_keys
 from comlrl.scoring import per_token_logps
 from comlrl.trainers.core.nonfinite import NonFiniteGuard
@@ -107,7 +110,6 @@ from pettingllms.execution import (
     build_router,
     tensorize,
 )
-from pettingllms.trainer import distributed as dist
 from pettingllms.trainer import fsdp
 from pettingllms.trainer.at_grpo_config import ATGRPOConfig
 from pettingllms.trainer.at_grpo_setup import check_engine, env_config_for, policy_config_for, workflow_order
@@ -117,6 +119,7 @@ from pettingllms.trainer.metrics import SUCCESS_NOTES, StepTable, rollout_metric
 from pettingllms.trainer.micro_batches import micro_batch_groups
 from pettingllms.trainer.policy_update import PolicyUpdater, UpdateResult
 from pettingllms.trainer.problems import MAX_SEED_RANGE, draw_problem_ids, problem_order
+from pettingllms.trainer.step_view import StepView, TranscriptSelector, gather_step
 
 __all__ = [
     "ATGRPOTrainer",
@@ -239,13 +242,15 @@ class ATGRPOTrainer(TrainerCore):
         self.optimizers = {name: u.optimizer for name, u in self.updaters.items()}
         if self.fsdp is not None:  # checkpoints hold the one-process (whole) optimizer states
             self.optimizers = {name: fsdp.WholeOptimizerState(o) for name, o in self.optimizers.items()}
+            sharded = [u.sharded for u in self.updaters.values() if getattr(u, "sharded", None) is not None]
+            self.add_part(fsdp.ShardedCheckpoint(self.optimizers.values(), sharded))
         self.schedulers = {name: u.scheduler for name, u in self.updaters.items()}
         self.pad_token_ids = {name: u.pad_token_id for name, u in self.updaters.items()}
         self._transcripts = None
         self._engine_states: list[dict[str, Any]] = []
         if self.world_size > 1 and engine.transcripts is not None:  # each rank selects, rank 0 writes all
             self._transcripts = engine.transcripts
-            engine.transcripts = dist.TranscriptSelector(engine.transcripts)
+            engine.transcripts = TranscriptSelector(engine.transcripts)
 
         self.global_step = 0
         self.nonfinite = NonFiniteGuard(config.max_nonfinite_losses_in_a_row)
@@ -365,7 +370,7 @@ class ATGRPOTrainer(TrainerCore):
         (every ``logging_steps``) and checkpoint (every ``save_steps``). Returns the step's metrics.
 
         Data-parallel (world size > 1): this rank rolls out its shard of the drawn problems, and the
-        metrics are computed over every rank's gathered samples (:func:`~pettingllms.trainer.distributed.gather_step`).
+        metrics are computed over every rank's gathered samples (:func:`~pettingllms.trainer.step_view.gather_step`).
         """
         config = self.config
         step = self.global_step + 1
@@ -384,11 +389,11 @@ class ATGRPOTrainer(TrainerCore):
         tensors = tensorize(samples, self.pad_token_ids) if samples else {}
         if distributed:
             writer = self._transcripts if dist.is_main_process() else None
-            view = dist.gather_step(batch, samples, tensors, dropped_groups, dropped_what, writer)
+            view = gather_step(batch, samples, tensors, dropped_groups, dropped_what, writer)
             if view.raw_samples == 0:
                 raise RuntimeError(f"step {step}: the rollout produced no samples (every one was dropped)")
         else:
-            view = dist.StepView.local(batch, samples, tensors, dropped_groups, dropped_what)
+            view = StepView.local(batch, samples, tensors, dropped_groups, dropped_what)
         if view.dropped_groups:
             self.nonfinite.drop_rewards(view.dropped_groups, view.dropped_what, f"step {step}")
 
@@ -512,55 +517,22 @@ class ATGRPOTrainer(TrainerCore):
         return metrics
 
     # ------------------------------------------------------------------------------------ saving, logging
-    def save_model(self, output_dir: str | os.PathLike | None = None) -> Path:
-        """The policies (one folder per policy, LoRA adapters included) and the trainer config. Data-parallel:
-        every rank calls it, rank 0 writes, the others wait for it."""
+    def save_model_files(self, directory: Path) -> None:
+        """``save_model`` (:meth:`TrainerCore.save_model`: the policies, one folder per policy, LoRA adapters
+        included; rank 0 writes) adds the trainer config."""
         from comlrl.atomic_io import atomic_write_json
 
-        directory = Path(output_dir if output_dir is not None else self.output_dir)
-        if dist.is_main_process():
-            directory = super().save_model(output_dir)
-            atomic_write_json(directory / "at_grpo_config.json", self.config.to_dict())
-        dist.barrier()
-        return directory
+        atomic_write_json(directory / "at_grpo_config.json", self.config.to_dict())
 
-    def save_checkpoint(
-        self,
-        output_dir: str | os.PathLike | None = None,
-        *,
-        step: int | None = None,
-        total_limit: int | None = None,
-    ) -> Path:
-        """``output_dir/checkpoint-{global_step}/`` (see :meth:`TrainerCore.save_checkpoint`), keeping
-        ``total_limit`` checkpoints (default: the config's ``save_total_limit``). Data-parallel: every rank
-        calls it (the engines' counters are gathered), rank 0 writes, the others wait for it."""
-        limit = self.config.save_total_limit if total_limit is None else total_limit
-        if self.world_size == 1:
-            return super().save_checkpoint(output_dir, step=step, total_limit=limit)
-        self._engine_states = dist.gather_objects(self.engine.state_dict())
-        sharded = [o for o in self.optimizers.values() if isinstance(o, fsdp.WholeOptimizerState)]
-        for optimizer in sharded:
-            optimizer.gather()
-        path = Path(output_dir if output_dir is not None else self.output_dir) / f"checkpoint-{self.global_step}"
-        if dist.is_main_process():
-            path = super().save_checkpoint(output_dir, step=step, total_limit=limit)
-        for optimizer in sharded:
-            optimizer.release()
-        dist.barrier()
-        return path
+    def checkpoint_total_limit(self) -> int | None:
+        return self.config.save_total_limit
 
-    def load_checkpoint(self, path: str | os.PathLike | bool) -> Any:
-        """:meth:`TrainerCore.load_checkpoint`; data-parallel, rank 0 first (it clears stale temporaries),
-        then the others."""
-        if dist.is_main_process():
-            state = super().load_checkpoint(path)
-        dist.barrier()
-        if not dist.is_main_process():
-            state = super().load_checkpoint(path)
-        for updater in self.updaters.values():  # FSDP: the loaded whole weights into this rank's shards
-            if getattr(updater, "sharded", None) is not None:
-                updater.sharded.pull()
-        return state
+    def prepare_checkpoint(self) -> None:
+        """Every rank, before rank 0 writes a checkpoint: every rank's engine counters are gathered (and under
+        FSDP the whole optimizer states, by the sharded-checkpoint part)."""
+        if self.world_size > 1:
+            self._engine_states = dist.gather_objects(self.engine.state_dict())
+        super().prepare_checkpoint()
 
     def _log(self, metrics: Mapping[str, float], step: int) -> None:
         record = self.metrics_logger.log(metrics, step)

@@ -118,7 +118,7 @@ class ATGRPOConfig(StrictFromDict):
     learning_rate (`float`, defaults to `1e-6`), weight_decay (`0.0`), adam_beta1 / adam_beta2 /
     adam_epsilon (`0.9` / `0.999` / `1e-8`):
         AdamW, one optimizer per policy.
-    lr_scheduler_type (`str`, defaults to `"linear"`), warmup_ratio (`float`, defaults to `0.0`):
+    lr_scheduler_type (`str`, defaults to `"constant"`, as every trainer), warmup_ratio (`float`, defaults to `0.0`):
         `transformers.get_scheduler` over `max_steps` training steps. The schedule advances once per
         training step (one rollout), because the number of optimizer steps a rollout yields varies with
         how long its episodes ran.
@@ -198,7 +198,7 @@ class ATGRPOConfig(StrictFromDict):
     adam_beta1: float = help_field("AdamW beta1", 0.9)
     adam_beta2: float = help_field("AdamW beta2", 0.999)
     adam_epsilon: float = help_field("AdamW epsilon", 1e-8)
-    lr_scheduler_type: str = help_field("transformers.get_scheduler name", "linear")
+    lr_scheduler_type: str = help_field("transformers.get_scheduler name", "constant")
     warmup_ratio: float = help_field("fraction of max_steps spent warming up", 0.0)
     max_grad_norm: float = help_field("gradient clipping norm (0: off)", 1.0)
     per_device_train_batch_size: int = help_field("rows per forward pass", 8)

@@ -11,7 +11,8 @@ With ``late_turn_fraction`` > 0 a share of the episodes first takes a random *de
 demonstrations also hold later-turn prompts (tool reports, failed moves); otherwise every recorded episode
 starts from the reset state.
 
-Demonstration instances must not be evaluation instances: :func:`check_disjoint_seeds` is the check,
+Demonstration instances must not be evaluation instances: :func:`check_disjoint_seeds` (declared with the
+config checks, :mod:`pettingllms.config.instances`) is the check,
 and :func:`make_demonstrations` runs it when given the held-out seeds.
 """
 
@@ -24,6 +25,7 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from pettingllms.config.instances import check_disjoint_seeds
 from pettingllms.scripted import OraclePolicy, RandomPolicy, make_scripted_policy, play_episode
 
 __all__ = [
@@ -55,33 +57,6 @@ def seed_range(start: int, count: int) -> range:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"`{name}` must be an integer >= 0, got {value!r}")
     return range(start, start + count)
-
-
-def check_disjoint_seeds(
-    train: Iterable[int], held_out: Iterable[int], train_name: str = "train seeds", held_out_name: str = "eval seeds"
-) -> None:
-    """Raise ValueError when an instance seed is in both ranges (naming both and the first shared ones)."""
-    train, held_out = _as_seeds(train), _as_seeds(held_out)
-    if isinstance(train, range) and isinstance(held_out, range) and train.step == held_out.step == 1:
-        shared = list(range(max(train.start, held_out.start), min(train.stop, held_out.stop))[:5])
-    else:
-        shared = sorted(set(train) & set(held_out))[:5]
-    if shared:
-        raise ValueError(
-            f"{train_name} and {held_out_name} must be disjoint; both contain {shared} "
-            f"({train_name}: {_describe(train)}, {held_out_name}: {_describe(held_out)})"
-        )
-
-
-def _as_seeds(seeds: Iterable[int]) -> range | list[int]:
-    return seeds if isinstance(seeds, range) else list(seeds)
-
-
-def _describe(seeds: Iterable[int]) -> str:
-    if isinstance(seeds, range):
-        return f"[{seeds.start}, {seeds.stop})"
-    values = list(seeds)
-    return f"{len(values)} seeds in [{min(values)}, {max(values)}]" if values else "none"
 
 
 def detour_turns(instance_seed: int, fraction: float, max_turns: int, seed: int) -> int:

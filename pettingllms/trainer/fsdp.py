@@ -36,7 +36,8 @@ collective: the micro-batch count of an optimizer step is agreed with a max and 
 zero-weight :func:`filler_rows` (also a rank with no rows of the policy); the shared-prompt forward is kept
 at two calls per micro-batch (completions at least two positions wide); a non-finite micro-batch still
 backpropagates (zero-weighted) before the step is skipped on every rank. The flat gradient all-reduce of
-the plain data-parallel update is skipped; clipping uses the norm over all shards (:func:`clip_grad_norm`).
+the plain data-parallel update is skipped; clipping uses the norm over all shards (the update engine's
+:func:`~comlrl.trainers.core.optimization.clip_grad_norm` with ``sharded=True``).
 Checkpoints hold the one-process optimizer state (:class:`WholeOptimizerState`: full tensors, gathered on
 every rank, written by rank 0, each rank keeping its shard on load), so a run resumes exactly on the same
 world size. The reference model (``beta > 0``) is a frozen :class:`ShardedReference`. Refused before
@@ -63,7 +64,6 @@ __all__ = [
     "WholeOptimizerState",
     "check_level",
     "check_policy",
-    "clip_grad_norm",
     "filler_rows",
     "fsdp_for_world",
     "fsdp_settings",
@@ -321,21 +321,6 @@ def filler_rows(pad_token_id: int, width: int = 2) -> dict[str, torch.Tensor]:
 def zero_weight(scores: torch.Tensor) -> torch.Tensor:
     """A loss of weight zero on ``scores``: its backward reaches every parameter with zero gradients."""
     return scores.sum() * 0.0
-
-
-def clip_grad_norm(params: Sequence[nn.Parameter], max_norm: float) -> float:
-    """``torch.nn.utils.clip_grad_norm_`` over sharded parameters: the total norm of the whole gradient
-    (over every rank's shards), the same on every rank; returns it."""
-    from torch.distributed.tensor import DTensor
-
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
-        return 0.0
-    total = torch.nn.utils.get_total_norm(grads)
-    if isinstance(total, DTensor):
-        total = total.full_tensor()
-    torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
-    return float(total)
 
 
 class WholeOptimizerState:

@@ -1,5 +1,7 @@
 """AT-GRPO's micro-batch loss: PPO-clip on token log-prob ratios (:func:`comlrl.rl.ppo_clip_loss`) with
-the config's clipping, loss type and KL, scaled for gradient accumulation."""
+the config's clipping, loss type and KL, and its factor under gradient accumulation (the update engine's rule,
+:func:`comlrl.trainers.core.optimization.micro_batch_weights`; :class:`~pettingllms.trainer.policy_update.
+PolicyUpdater` leaves that factor to the engine)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from comlrl.rl import PPOLossOutput, ppo_clip_loss
+from comlrl.trainers.core.optimization import micro_batch_weights
 
 if TYPE_CHECKING:
     from pettingllms.trainer.at_grpo_config import ATGRPOConfig
@@ -16,12 +19,11 @@ __all__ = ["accumulation_scale", "at_grpo_loss"]
 
 
 def accumulation_scale(loss_type: str, num_micro_batches: int) -> float:
-    """Factor on a micro-batch loss under gradient accumulation: ``1/k`` for the per-batch means
-    (``grpo``, ``bnpo``/``token``, ``dr_grpo``, ``sequence_sum``), ``1`` for ``dapo``, whose normaliser is
-    already the token count of all ``k`` micro-batches."""
-    if num_micro_batches < 1:
-        raise ValueError(f"`num_micro_batches` must be >= 1, got {num_micro_batches}")
-    return 1.0 if loss_type == "dapo" else 1.0 / num_micro_batches
+    """Factor on a micro-batch loss under gradient accumulation (:func:`micro_batch_weights` with the step's
+    micro-batch count): ``1/k`` for the per-batch means (``grpo``, ``bnpo``/``token``, ``dr_grpo``,
+    ``sequence_sum``), ``1`` for ``dapo``, whose normaliser is already the token count of all ``k``
+    micro-batches."""
+    return micro_batch_weights(loss_type, num_micro_batches=num_micro_batches).weight
 
 
 def at_grpo_loss(
@@ -38,7 +40,8 @@ def at_grpo_loss(
     """The loss to backpropagate for one micro-batch, and the PPO-clip diagnostics.
 
     :func:`comlrl.rl.ppo_clip_loss` with the config's ``epsilon``, ``epsilon_high``, ``dual_clip``,
-    ``loss_type`` and ``beta`` (with ``ref_logps``), scaled by :func:`accumulation_scale`.
+    ``loss_type`` and ``beta`` (with ``ref_logps``), scaled by :func:`accumulation_scale` (1 with the default
+    ``num_micro_batches``: the update engine then weighs it).
     ``num_items_in_batch`` is the completion-token count of the optimizer step (``dapo``).
     """
     out = ppo_clip_loss(

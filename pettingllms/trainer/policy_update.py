@@ -7,12 +7,19 @@ order, an event per optimizer step (``("finite",)`` or ``("skip", what, where)``
 :class:`UpdateResult`, which the trainer replays into its
 :class:`~comlrl.trainers.core.nonfinite.NonFiniteGuard`.
 
-Per optimizer step (a group of ``gradient_accumulation_steps`` shuffled micro-batches,
-:func:`~pettingllms.trainer.micro_batches.micro_batch_groups`): zero the gradients, backpropagate each
-micro-batch's :func:`~pettingllms.trainer.losses.at_grpo_loss`, clip, step, bump the policy's weights
-version. A non-finite loss part or gradient norm skips the step (no parameter change). Under data
-parallelism (:mod:`pettingllms.trainer.distributed`) the step's token and micro-batch counts and its
-gradients are summed over ranks, and every rank makes the same number of optimizer steps.
+The optimizer steps go through comlrl's update engine (:class:`~comlrl.trainers.core.optimization.GradientSteps`,
+with its AdamW, :func:`~comlrl.trainers.core.optimization.build_optimizer`, and LR schedule,
+:func:`~comlrl.trainers.core.optimization.build_lr_scheduler` over ``max_steps``, advanced once per training
+step by the trainer). Per optimizer step (a group of ``gradient_accumulation_steps`` shuffled micro-batches,
+:func:`~pettingllms.trainer.micro_batches.micro_batch_groups`): backpropagate each micro-batch's
+:func:`~pettingllms.trainer.losses.at_grpo_loss` times its weight
+(:func:`~comlrl.trainers.core.optimization.micro_batch_weights` with the step's micro-batch count: ``1/k``,
+or 1 for ``dapo`` whose normaliser is the step's tokens), clip (the norm is measured even without
+clipping), step, bump the policy's weights version. A non-finite loss part or gradient norm skips the step
+(no parameter change; the engine's ``nonfinite="step"``). Under data parallelism
+(:mod:`comlrl.distributed`) the step's token and micro-batch counts are summed over ranks
+before the first backward, the gradients before clipping, and every rank makes the same number of
+optimizer steps.
 
 Under FSDP (``sharding``, :mod:`pettingllms.trainer.fsdp`) the update runs on the policy's
 :class:`~pettingllms.trainer.fsdp.ShardedModel` inside its ``training()`` bracket (the AdamW holds the sharded
@@ -24,20 +31,27 @@ scored in the same number of chunks on every rank.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 
+from comlrl import distributed as dist
 from comlrl.rl import is_finite, nonfinite_names
 from comlrl.scoring import per_token_logps
 from comlrl.seeding import derive_seed
+from comlrl.trainers.core.data_parallel import attach_engine
 from comlrl.trainers.core.models import scoring_mode
+from comlrl.trainers.core.optimization import (
+    GradientSteps,
+    build_lr_scheduler,
+    build_optimizer,
+    micro_batch_weights,
+)
 from pettingllms.execution import PolicyTensors, Sample
-from pettingllms.trainer import distributed as dist
 from pettingllms.trainer import fsdp
 from pettingllms.trainer.at_grpo_config import ATGRPOConfig
 from pettingllms.trainer.losses import at_grpo_loss
@@ -74,8 +88,6 @@ class PolicyUpdater:
     def __init__(
         self, config: ATGRPOConfig, policy: Any, name: str, reference: Any = None, sharding: Any = None
     ) -> None:
-        from transformers import get_scheduler
-
         from comlrl.rollout.hf import eos_token_ids, pad_token_id
 
         if config.beta > 0 and reference is None:
@@ -87,20 +99,22 @@ class PolicyUpdater:
         self.sharded = None if sharding is None else fsdp.ShardedModel(policy.handle(name).model, sharding, params)
         if self.sharded is not None:
             params = self.sharded.parameters()
-        self.optimizer = torch.optim.AdamW(
+        self.optimizer = build_optimizer(
             params,
-            lr=config.learning_rate,
+            learning_rate=config.learning_rate,
             betas=(config.adam_beta1, config.adam_beta2),
             eps=config.adam_epsilon,
             weight_decay=config.weight_decay,
         )
-        self.scheduler = get_scheduler(
-            config.lr_scheduler_type,
-            self.optimizer,
-            num_warmup_steps=config.num_warmup_steps,
-            num_training_steps=config.max_steps,
-        )
+        knobs = engine_settings(config)
+        self.scheduler = build_lr_scheduler(knobs, self.optimizer, horizon=config.max_steps)
         handle = policy.handle(name)
+        # The update engine: caller-grouped micro-batches, a non-finite one skips the step, the norm measured.
+        self.steps = GradientSteps(
+            knobs, {name: self.optimizer}, divisors=(), nonfinite="step", measure_grad_norm=True,
+            sharded=self.sharded is not None, auto_step=False,
+        )  # fmt: skip
+        attach_engine(self.steps, sharded=self.sharded is not None)
         self.pad_token_id: int = pad_token_id(handle.tokenizer, eos_token_ids(handle.model, handle.tokenizer))
 
     def learning_rate(self) -> float:
@@ -144,8 +158,7 @@ class PolicyUpdater:
                     group = groups[number - 1] if number <= len(groups) else []
                     bad = self._accumulate_gradients(tensors, group, extra, stats)
                     if bad is None:
-                        self.optimizer.step()
-                        self.optimizer.zero_grad(set_to_none=True)
+                        self.steps.take()
                         policy.bump_version(name)
                         stats.optimizer_steps += 1
                         events.append(("finite",))
@@ -176,9 +189,10 @@ class PolicyUpdater:
         extra: Mapping[str, torch.Tensor],
         stats: UpdateStats,
     ) -> str | None:
-        """Backpropagate the micro-batches of one optimizer step and clip the gradient; None when all went
-        through, else what was non-finite (the first micro-batch's loss parts, or the gradient norm)."""
-        config, optimizer = self.config, self.optimizer
+        """Backpropagate the micro-batches of one optimizer step, sum (data parallel) and clip the gradient
+        (:meth:`GradientSteps.prepare`); None when all went through, else what was non-finite (the first
+        micro-batch's loss parts, or the gradient norm; every rank's under data parallelism)."""
+        config = self.config
         world, sharded = dist.world_size(), self.sharded is not None
         num_items = int(sum(int(tensors.completion_mask[index].sum()) for index in group))
         num_micro_batches = len(group)
@@ -186,36 +200,30 @@ class PolicyUpdater:
             num_items, num_micro_batches = (int(v) for v in dist.all_reduce_sum([num_items, num_micro_batches]))
         # FSDP: every rank makes the same forward / backward calls, one per micro-batch of the longest group
         calls = dist.all_reduce_max(len(group)) if sharded else len(group)
-        optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(set_to_none=True)
         with self.training_model() as model:
-            bad = self._backward(model, tensors, group, extra, stats, num_items, num_micro_batches)
+            self._backward(model, tensors, group, extra, stats, num_items, num_micro_batches)
             for _ in range(calls - len(group)):
                 logps, _ = per_token_logps(model, fsdp.filler_rows(self.pad_token_id), config.temperature,
                                            share_prompts=config.share_prompts)
-                fsdp.zero_weight(logps).backward()
-        params = [p for param_group in optimizer.param_groups for p in param_group["params"]]
-        if world > 1:  # a non-finite part on any rank skips the step on every rank
-            if dist.all_reduce_max(bad is not None):
-                found = [f"{what} (rank {r})" for r, what in enumerate(dist.gather_objects(bad)) if what]
-                return "; ".join(found)
-            if not sharded:  # FSDP's reduce-scatter has summed them
-                dist.all_reduce_gradients(params)
-        elif bad is not None:
-            return bad
-        limit = config.max_grad_norm or float("inf")
-        grad_norm = fsdp.clip_grad_norm(params, limit) if sharded else float(torch.nn.utils.clip_grad_norm_(params, limit))
-        if not math.isfinite(grad_norm):
-            return f"gradient norm ({grad_norm})"
-        stats.grad_norms.append(grad_norm)
+                self.steps.backward(fsdp.zero_weight(logps))
+        # A non-finite part on any rank skips the step on every rank; else the gradients are summed over the
+        # ranks (FSDP's reduce-scatter has summed them) and clipped.
+        if not self.steps.prepare():
+            return self.steps.last_skip
+        stats.grad_norms.append(self.steps.last_grad_norm)
         return None
 
-    def _backward(self, model, tensors, group, extra, stats, num_items, num_micro_batches) -> str | None:
-        """Backpropagate each micro-batch of ``group``; the first non-finite one's loss parts, or None. Under
-        FSDP every micro-batch backpropagates (a non-finite one zero-weighted), so all ranks make the same calls."""
-        config, policy, sharded = self.config, self.policy, self.sharded is not None
+    def _backward(self, model, tensors, group, extra, stats, num_items, num_micro_batches) -> None:
+        """Backpropagate each micro-batch of ``group`` through the engine; the first non-finite one's loss
+        parts discard the step. Under FSDP every micro-batch backpropagates (a non-finite one and those after
+        it zero-weighted), so all ranks make the same calls."""
+        config, policy, steps, sharded = self.config, self.policy, self.steps, self.sharded is not None
         min_width = 2 if sharded and config.share_prompts else 1  # the shared-prompt forward: always two calls
+        weight = micro_batch_weights(config.loss_type, num_micro_batches=num_micro_batches) if group else None
         bad = None
         for index in group:
+            steps.start_micro_batch()
             rows = policy_rows(tensors, index, extra, min_width=min_width)
             sampled_by = torch.tensor([tensors.samples[i].policy_version for i in index.tolist()], dtype=torch.float64)
             stats.add_staleness(policy.version(self.name) - sampled_by)
@@ -229,19 +237,20 @@ class PolicyUpdater:
                 rows["advantages"].to(device),
                 rows["completion_mask"].to(device),
                 config=config,
-                num_micro_batches=num_micro_batches,
                 num_items_in_batch=num_items,
                 ref_logps=rows["ref_per_token_logps"].to(device) if config.beta > 0 else None,
             )
             if bad is not None or not is_finite(loss):
-                bad = bad or _nonfinite_loss_parts(logps, rows, loss, [tensors.samples[i] for i in index.tolist()])
+                if bad is None:
+                    bad = _nonfinite_loss_parts(logps, rows, loss, [tensors.samples[i] for i in index.tolist()])
+                    steps.discard_micro_batch(bad)
                 if not sharded:
                     break
-                fsdp.zero_weight(loss).backward()
+                steps.backward(fsdp.zero_weight(loss))
                 continue
-            loss.backward()
+            steps.backward(loss, weight=weight)
+            steps.end_micro_batch()
             stats.add_micro_batch(out, entropy)
-        return bad
 
     def _reference_logps(self, tensors: PolicyTensors | None) -> torch.Tensor | None:
         """Reference log-probs of every row (``[B, C]`` on CPU), scored once per rollout (under FSDP in the
@@ -261,6 +270,20 @@ class PolicyUpdater:
                 per_token_logps(reference, fsdp.filler_rows(self.pad_token_id), self.config.temperature,
                                 share_prompts=share)
         return out
+
+
+def engine_settings(config: ATGRPOConfig) -> SimpleNamespace:
+    """The update engine's knobs of an AT-GRPO / GRPO config (:class:`~comlrl.trainers.core.optimization.
+    TrainingKnobFields` names): accumulation, clipping (0: measured only) and the LR schedule over
+    ``max_steps``, whose warm-up is ``ceil(warmup_ratio · max_steps)`` (``num_warmup_steps``, the same rule)."""
+    return SimpleNamespace(
+        gradient_accumulation_steps=config.gradient_accumulation_steps,
+        max_grad_norm=config.max_grad_norm,
+        lr_scheduler_type=config.lr_scheduler_type,
+        lr_scheduler_kwargs=None,
+        warmup_steps=0,
+        warmup_ratio=config.warmup_ratio,
+    )
 
 
 def _gathered_stats(stats: UpdateStats, num_tokens: float) -> tuple[UpdateStats, float]:

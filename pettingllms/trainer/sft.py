@@ -20,7 +20,11 @@ on one peft model, switched per batch) and L3 would need one trainer per policy,
 with its own chat-template handling; this loop is short, reuses the engine's prompt rendering and
 ``comlrl.scoring.completion_logprobs``, and keeps every policy's data in one place.
 
-Data-parallel (under ``accelerate launch`` / ``torchrun``, see :mod:`pettingllms.trainer.distributed`):
+The optimizer steps go through comlrl's update engine (:class:`~comlrl.trainers.core.optimization.GradientSteps`:
+its AdamW, one micro-batch per step whose loss is already normalised by the batch's tokens, the gradient
+norm measured and clipped; :func:`~comlrl.trainers.core.data_parallel.attach_engine` under data parallelism).
+
+Data-parallel (under ``accelerate launch`` / ``torchrun``, see :mod:`pettingllms.trainer.step_view`):
 every rank draws the same shuffled global batches of ``batch_size`` demonstrations and scores its
 contiguous shard of each; the NLL is divided by the global token count (summed over ranks) and the
 gradients are summed before clipping, so each optimizer step is the one-process step over the same
@@ -37,16 +41,19 @@ import math
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import torch
 
+from comlrl import distributed as dist
 from comlrl.rollout.hf import eos_token_ids, pad_token_id
 from comlrl.rollout.prompts import render_prompt
 from comlrl.scoring import completion_logprobs
 from comlrl.seeding import derive_seed
+from comlrl.trainers.core.data_parallel import attach_engine
+from comlrl.trainers.core.optimization import GradientSteps, build_optimizer
 from comlrl.validation import check_float, check_int
-from pettingllms.trainer import distributed as dist
 from pettingllms.trainer import fsdp
 
 __all__ = [
@@ -276,12 +283,13 @@ def sft_warm_start(
 
 
 def _backward_shard(
-    model, rows: Sequence[TokenizedExample], pad_id: int, params, sharded: bool = False
+    model, rows: Sequence[TokenizedExample], pad_id: int, steps: GradientSteps, sharded: bool = False
 ) -> torch.Tensor:
-    """Data-parallel: backpropagate this rank's shard of a batch with its NLL divided by the batch's global
-    token count, sum the gradients over ranks, and return the global batch's loss (the same on every rank).
-    ``sharded`` (FSDP): every rank makes one forward and one backward call (a filler row where its shard is
-    empty, zero-weighted like a non-finite loss), and FSDP sums the gradients."""
+    """Data-parallel: backpropagate (through ``steps``) this rank's shard of a batch with its NLL divided by
+    the batch's global token count, and return the global batch's loss (the same on every rank; the engine's
+    step sums the gradients over ranks). ``sharded`` (FSDP): every rank makes one forward and one backward
+    call (a filler row where its shard is empty, zero-weighted like a non-finite loss), and FSDP sums the
+    gradients."""
     numerator = None
     count = 0.0
     if rows or sharded:
@@ -293,11 +301,9 @@ def _backward_shard(
         raise ValueError("`mask` selects no tokens: every completion in the batch is empty")
     loss = torch.tensor(total / global_count)
     if count and torch.isfinite(loss):  # a non-finite loss raises on every rank alike
-        (numerator / global_count).backward()
+        steps.backward(numerator / global_count)
     elif sharded:
-        fsdp.zero_weight(numerator).backward()
-    if not sharded:
-        dist.all_reduce_gradients(params)
+        steps.backward(fsdp.zero_weight(numerator))
     return loss
 
 
@@ -315,7 +321,12 @@ def _train_policy(policy, name, examples, pad_id, config, seed, logger, bar, ste
     sharded = None if sharding is None else fsdp.ShardedModel(handle.model, sharding, params)
     if sharded is not None:
         params = sharded.parameters()
-    optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=0.0)
+    optimizer = build_optimizer(params, learning_rate=config.learning_rate, weight_decay=0.0)
+    # One micro-batch per step, its loss normalised by the batch's tokens (every rank's); the norm is measured
+    # (max_grad_norm 0: no clipping) and, data-parallel, the gradients summed over ranks before it.
+    steps = GradientSteps(SimpleNamespace(max_grad_norm=config.max_grad_norm), {name: optimizer}, divisors=(),
+                          measure_grad_norm=True, sharded=sharded is not None, auto_step=False)  # fmt: skip
+    attach_engine(steps, sharded=sharded is not None, skips=False)
     generator = torch.Generator().manual_seed(derive_seed(seed, "sft", "shuffle", name))
     was_training = handle.model.training
     handle.model.train()
@@ -326,10 +337,10 @@ def _train_policy(policy, name, examples, pad_id, config, seed, logger, bar, ste
             for epoch in range(config.epochs):
                 losses: list[float] = []
                 for batch in shuffled_batches(len(examples), config.batch_size, generator):
-                    optimizer.zero_grad(set_to_none=True)
+                    steps.start_micro_batch()
                     if dist.world_size() > 1:
                         rows = [examples[i] for i in dist.shard(batch)]
-                        loss = _backward_shard(model, rows, pad_id, params, sharded is not None)
+                        loss = _backward_shard(model, rows, pad_id, steps, sharded is not None)
                     else:
                         rows = [examples[i] for i in batch]
                         logprobs, mask = completion_logprobs(
@@ -346,14 +357,10 @@ def _train_policy(policy, name, examples, pad_id, config, seed, logger, bar, ste
                             f"lower `learning_rate` (got {config.learning_rate})"
                         )
                     if dist.world_size() == 1:
-                        loss.backward()
-                    # max_norm = inf measures the norm without clipping.
-                    limit = config.max_grad_norm if config.max_grad_norm > 0 else math.inf
-                    if sharded is None:
-                        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, limit))
-                    else:
-                        grad_norm = fsdp.clip_grad_norm(params, limit)
-                    optimizer.step()
+                        steps.backward(loss)
+                    steps.end_micro_batch()
+                    steps.step()  # sum over ranks (data parallel), measure and clip the norm, step
+                    grad_norm = steps.last_grad_norm
                     policy.bump_version(name)
                     step += 1
                     losses.append(loss.item())

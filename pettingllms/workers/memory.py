@@ -188,8 +188,8 @@ def measure_prompt_tokens(config: Mapping[str, Any], tokenizer, episodes: int = 
     ``rollout.max_completion_length``; without a random policy or with a sandbox to run, the first prompt
     of every role plus that many tokens per role."""
     from comlrl.rollout.prompts import render_prompt
+    from pettingllms.config.env_section import workflow_env
     from pettingllms.registry import get_env_class, make_agents, make_env
-    from pettingllms.stages.context import workflow_env
 
     completion = config["rollout"]["max_completion_length"]
     name, fields, options = workflow_env(config, purpose="train")
@@ -229,7 +229,7 @@ def measure_prompt_tokens(config: Mapping[str, Any], tokenizer, episodes: int = 
 def _random_policy(env: Any, number: int) -> Any:
     """The environment's declared ``random`` policy: the generic one with half junk answers (seeded by
     ``number``), or the environment's own as its factory builds it."""
-    from pettingllms.contract import RANDOM_POLICY
+    from pettingllms.config.contract import RANDOM_POLICY
     from pettingllms.scripted import RandomPolicy, make_scripted_policy
 
     if env.scripted_policies["random"] == RANDOM_POLICY:

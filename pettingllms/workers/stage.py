@@ -67,8 +67,8 @@ def stage_workers(
     if backend_of(config) != "ray":
         yield None
         return
+    from pettingllms.config.env_section import make_env_worker
     from pettingllms.config.imports import ModuleImports
-    from pettingllms.stages.context import make_env_worker
     from pettingllms.trainer.at_grpo_setup import env_config_for
     from pettingllms.workers.placement import placement_from_config
     from pettingllms.workers.system import RaySystem

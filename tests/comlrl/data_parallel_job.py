@@ -13,6 +13,9 @@ Scenarios (test-tiny model, 4 items, the same global batches in both launches):
   and a checkpoint every optimizer step (``save_steps=1``);
 - ``magrpo``: MAGRPO, 2 epochs, one rollout buffer of 4 items, update batches of 3 (ranks take 2 and 1 items)
   then 1 (rank 1 has no row and joins with none), per-item groups whitened, a cosine schedule;
+- ``magrpo_dapo``: the same with ``loss_type="dapo"`` and completions scored as if they had ended early at
+  lengths drawn from their tokens (:func:`uneven_lengths`), so the ranks' token counts are not in
+  proportion to their rows: each agent's loss divides by the global batch's tokens;
 - ``madpo_iter``: MADPOIter, 2 rounds against the ``history`` comparator (k=1), the ``lambda_decay`` replay
   drawing 7 pairs a round from both rounds' files, per-round policy snapshots, batches of 3 pairs, a
   checkpoint every optimizer step (inside the rounds); on two ranks it then resumes a fresh trainer from the
@@ -30,6 +33,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -92,14 +97,34 @@ def build(scenario: str, model_path: str, out: Path):
         return MAACTrainer(agent_model=model_path, reward_func=reward, train_dataset=[*ITEMS, {"prompt": "Task 4: add."}],
                            args=args, external_transition=transition)  # fmt: skip
     args = MAGRPOConfig(**common, num_turns=1, num_generations=3, rollout_buffer_size=4, train_batch_size=3,
-                        lr_scheduler_type="cosine")  # fmt: skip
+                        lr_scheduler_type="cosine", **({"loss_type": "dapo"} if scenario == "magrpo_dapo" else {}))  # fmt: skip
     return MAGRPOTrainer(agent_model=model_path, num_agents=2, reward_func=reward, train_dataset=ITEMS, args=args)
+
+
+@contextmanager
+def uneven_lengths(on: bool) -> Iterator[None]:
+    """Completions scored as if they had ended early, at a length drawn from their own tokens (1 to all)."""
+    from comlrl.trainers.online_rl import policy_learning
+
+    score = policy_learning._completion_logprobs
+
+    def shortened(model, prompts, completions, pad, args):
+        logprobs, mask = score(model, prompts, completions, pad, args)
+        keep = torch.tensor([1 + sum(int(t) for t in c) % mask.shape[1] for c in completions])
+        return logprobs, mask * (torch.arange(mask.shape[1])[None, :] < keep[:, None]).to(mask.dtype)
+
+    policy_learning._completion_logprobs = shortened if on else score
+    try:
+        yield
+    finally:
+        policy_learning._completion_logprobs = score
 
 
 def run(model_path: str, out: Path, scenario: str) -> dict:
     trainer = build(scenario, model_path, out / scenario)
     grads = record_gradients(trainer)
-    trainer.train()
+    with uneven_lengths(scenario == "magrpo_dapo"):
+        trainer.train()
     result = {
         "weights": {k: p.detach().clone() for n in trainer.policy.policies for k, p in trainer.policy.named_trainable_parameters(n)},
         "grads": grads,

@@ -25,7 +25,7 @@ from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 from tests.comlrl import data_parallel_job as job
 
 ATOL = 0.05 * job.LR
-SCENARIOS = ["madpo", "magrpo"]
+SCENARIOS = ["madpo", "magrpo", "magrpo_dapo"]
 
 
 @pytest.fixture(scope="module")

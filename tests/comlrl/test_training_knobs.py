@@ -166,6 +166,46 @@ def test_magrpo_accumulates_across_rollout_buffers_like_one_larger_buffer(tiny_m
     assert_close_weights(weights(large), weights(small))
 
 
+def uneven_lengths(monkeypatch):
+    """Completions scored as if they had ended early, at a length drawn from their own tokens (1 to all), so
+    the micro-batches of a step hold different token counts (test-tiny rarely samples EOS)."""
+    from comlrl.trainers.online_rl import policy_learning
+
+    score = policy_learning._completion_logprobs
+
+    def shortened(model, prompts, completions, pad, args):
+        logprobs, mask = score(model, prompts, completions, pad, args)
+        keep = torch.tensor([1 + sum(int(t) for t in c) % mask.shape[1] for c in completions])
+        return logprobs, mask * (torch.arange(mask.shape[1])[None, :] < keep[:, None]).to(mask.dtype)
+
+    monkeypatch.setattr(policy_learning, "_completion_logprobs", shortened)
+
+
+def test_magrpo_dapo_accumulates_by_the_tokens_of_the_whole_step(tiny_model_path, tmp_path, monkeypatch):
+    """TRL's dapo: Σ per-token losses / the optimizer step's tokens. Two micro-batches of unequal token
+    counts (gradient_accumulation_steps=2) step with the gradient of one batch twice as large (whose dapo
+    loss, one micro-batch in one process, is exactly that); weighing the micro-batches by rows would not."""
+    uneven_lengths(monkeypatch)
+    large = magrpo(tiny_model_path, tmp_path / "large", rollout_buffer_size=4, train_batch_size=4, loss_type="dapo")
+    small = magrpo(tiny_model_path, tmp_path / "small", rollout_buffer_size=2, train_batch_size=2,
+                   gradient_accumulation_steps=2, loss_type="dapo")  # fmt: skip
+    tokens = []
+    original = small.rl.agent_loss
+
+    def counting(agent, samples, *args):
+        out = original(agent, samples, *args)
+        tokens.append(int(out.mask.sum()))
+        return out
+
+    small.rl.agent_loss = counting
+    grads_large, grads_small = record_gradients(large), record_gradients(small)
+    large.train()
+    small.train()
+    assert tokens[0] != tokens[2] and tokens[1] != tokens[3]  # each agent's two micro-batches of step 1
+    assert large.gradient_steps.global_step == small.gradient_steps.global_step == 2
+    assert_same_gradients(grads_large, grads_small)
+
+
 def test_iac_and_its_critics_accumulate_like_one_larger_batch(tiny_model_path, tmp_path):
     def iac(out, **overrides):
         args = IACConfig(output_dir=str(out), num_turns=1, num_agents=2, max_new_tokens=4, num_train_epochs=1,

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from pettingllms.trainer import distributed as dist
+from comlrl import distributed as dist
 from pettingllms.trainer.at_grpo_config import ATGRPOConfig
 from tests.helpers.bonus_trainer import BonusTrainer
 

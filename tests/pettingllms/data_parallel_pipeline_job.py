@@ -114,9 +114,9 @@ class WriteRecorder:
 def main(argv: list[str]) -> None:
     import torch
 
+    from comlrl import distributed as dist
     from pettingllms.cli import main as cli
     from pettingllms.pipeline import Pipeline
-    from pettingllms.trainer import distributed as dist
     from pettingllms.trainer.at_grpo import ATGRPOTrainer
 
     model_path, out = argv[0], Path(argv[1])

@@ -1,4 +1,4 @@
-"""Data-parallel AT-GRPO, GRPO and SFT (:mod:`pettingllms.trainer.distributed`): two ranks under
+"""Data-parallel AT-GRPO, GRPO and SFT (:mod:`comlrl.distributed`, :mod:`pettingllms.trainer.step_view`): two ranks under
 ``accelerate launch --multi_gpu --num_processes 2`` (gloo on CPU) against one process over the same global
 batch.
 

@@ -179,8 +179,8 @@ def test_a_fsdp_setting_that_cannot_be_honoured_is_an_error_naming_it(variable, 
 
 
 def test_fsdp_is_refused_in_one_process_for_lora_policies_and_for_l2_pipelines(monkeypatch):
+    from comlrl import distributed
     from pettingllms.pipeline import check_pipeline
-    from pettingllms.trainer import distributed
 
     switch = {"ACCELERATE_USE_FSDP": "true"}
     with pytest.raises(ValueError, match=r"`ACCELERATE_USE_FSDP` is true but this run has one process"):

@@ -163,7 +163,7 @@ def test_a_data_parallel_pipeline_resumed_on_the_same_world_size_ends_as_the_uni
 
 @pytest.mark.parametrize("stage", ["madpo", "marlhf"])
 def test_a_stage_without_a_data_parallel_mode_is_refused_before_the_run_starts(stage, monkeypatch, tmp_path):
-    from pettingllms.trainer import distributed
+    from comlrl import distributed
 
     config = load_config("plan_path/L1", [f"pipeline=[sft, {stage}, eval]", "model.name=test-tiny",
                                           f"run.output_dir={tmp_path / 'run'}"])
@@ -179,7 +179,7 @@ def test_a_stage_without_a_data_parallel_mode_is_refused_before_the_run_starts(s
 
 
 def test_the_ray_backend_under_a_launcher_is_refused(monkeypatch):
-    from pettingllms.trainer import distributed
+    from comlrl import distributed
 
     monkeypatch.setattr(distributed, "world_size", lambda: 2)
     config = load_config("plan_path/L1", ["run.backend=ray", "model.name=test-tiny"])
@@ -188,7 +188,7 @@ def test_the_ray_backend_under_a_launcher_is_refused(monkeypatch):
 
 
 def test_rank_zero_alone_prepares_the_folder_and_the_other_ranks_take_its_outcome(monkeypatch, tmp_path):
-    from pettingllms.trainer import distributed
+    from comlrl import distributed
 
     run_dir = tmp_path / "run"
     pipeline = Pipeline(load_config("plan_path/L1", ["model.name=test-tiny", f"run.output_dir={run_dir}"]))

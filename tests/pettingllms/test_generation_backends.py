@@ -55,8 +55,8 @@ def test_an_api_needs_a_url_and_trains_nothing():
 
 
 def test_vllm_under_a_data_parallel_launch_is_refused(monkeypatch):
+    from comlrl import distributed
     from pettingllms.config import extras
-    from pettingllms.trainer import distributed
 
     monkeypatch.setattr(distributed, "world_size", lambda: 2)
     monkeypatch.setattr(extras, "_installed", lambda module: True)  # past the missing-package check

@@ -9,13 +9,16 @@ bonus per candidate index so the advantages are not all 0.
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
 
+from comlrl.trainers.core.optimization import GradientSteps, warmup_steps_for
 from pettingllms.trainer import policy_update
 from pettingllms.trainer.at_grpo import ATGRPOTrainer
-from pettingllms.trainer.policy_update import PolicyUpdater, UpdateResult
+from pettingllms.trainer.at_grpo_config import ATGRPOConfig
+from pettingllms.trainer.policy_update import PolicyUpdater, UpdateResult, engine_settings
 from tests.helpers.bonus_trainer import BonusTrainer
 from tests.pettingllms.test_at_grpo_trainer import make_trainer, snapshot
 
@@ -157,3 +160,36 @@ def test_updaters_that_submit_get_every_policy_s_rows_before_the_first_update_is
     assert mine.keys() == theirs.keys()
     for name, values in theirs.items():
         assert all(torch.equal(a, b) for a, b in zip(mine[name], values)), name
+
+
+# A step without an optimizer step still advances the LR schedule (one per rollout); torch warns about that.
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before:UserWarning")
+def test_the_learning_rate_is_constant_by_default_as_in_every_trainer(tmp_path, tiny_model_path):
+    from comlrl.trainers.reinforce import MAGRPOConfig
+
+    assert ATGRPOConfig().lr_scheduler_type == "constant" == MAGRPOConfig().lr_scheduler_type
+    trainer = make_trainer(tmp_path, tiny_model_path, "L1", cls=ATGRPOTrainer, max_steps=4)
+    updater = trainer.updaters["shared"]
+    rates = []
+    for _ in range(4):
+        rates.append(updater.learning_rate())
+        updater.scheduler_step()
+    assert rates == [trainer.config.learning_rate] * 4
+
+
+def test_the_schedule_s_warm_up_is_the_engine_s_rule():
+    for ratio, steps in ((0.25, 10), (0.1, 7), (0.0, 5), (1.0, 3)):
+        config = ATGRPOConfig(warmup_ratio=ratio, max_steps=steps, lr_scheduler_type="linear", train_seed_range=[0, 50])
+        assert warmup_steps_for(engine_settings(config), steps) == config.num_warmup_steps == math.ceil(ratio * steps)
+
+
+def test_the_update_steps_through_the_engine(tmp_path, tiny_model_path):
+    trainer = make_trainer(tmp_path, tiny_model_path, "L1", cls=ATGRPOTrainer)
+    updater = trainer.updaters["shared"]
+    assert isinstance(updater.steps, GradientSteps) and updater.steps.optimizers == {"shared": updater.optimizer}
+    assert (updater.steps.nonfinite, updater.steps.measure_grad_norm, updater.steps.divisors) == ("step", True, ())
+    taken = []
+    take = updater.steps.take
+    updater.steps.take = lambda: taken.append(1) or take()
+    (metrics,) = trainer.train()
+    assert len(taken) == metrics["policy/shared/optimizer_steps"] > 0

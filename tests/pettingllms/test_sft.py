@@ -424,3 +424,14 @@ def test_warm_start_teaches_the_small_model_plan_path(model_cache):
     # and some paths: an untrained model reaches none. This warm start reaches only 1 of 32 in one answer
     # (lists must end on the goal): the from-scratch model barely reads the board yet (see issue #8 notes).
     assert reached >= 1
+
+
+def test_warm_start_steps_through_the_update_engine(tiny_model_path, monkeypatch):
+    from comlrl.trainers.core import optimization
+
+    norms = []
+    take = optimization.GradientSteps.take
+    monkeypatch.setattr(optimization.GradientSteps, "take", lambda self: norms.append(self.last_grad_norm) or take(self))
+    policy = MultiAgentPolicy.shared(tiny_model_path, ["tool", "plan"])
+    metrics = _train(policy, _demos(range(3)), epochs=1, max_grad_norm=0.0)
+    assert len(norms) == metrics["sft/steps"] == 2 and all(n > 0 for n in norms)  # 6 examples, batches of 4

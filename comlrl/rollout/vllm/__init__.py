@@ -50,7 +50,16 @@ are loaded by folder (``/v1/load_lora_adapter``).
 memory between rollouts (the trainers call it before their update); the next generate wakes them.
 """
 
-from comlrl.rollout.vllm.backend import VLLMBackend
+import importlib
+from typing import Any
+
 from comlrl.rollout.vllm.settings import VLLM_INSTALL_HINT, VLLMSettings, logprobs_source, require_vllm
 
 __all__ = ["VLLM_INSTALL_HINT", "VLLMBackend", "VLLMSettings", "logprobs_source", "require_vllm"]
+
+
+def __getattr__(name: str) -> Any:
+    # The backend (torch, the HF backend's helpers) loads on first access: the settings read without torch.
+    if name == "VLLMBackend":
+        return importlib.import_module("comlrl.rollout.vllm.backend").VLLMBackend
+    raise AttributeError(f"module 'comlrl.rollout.vllm' has no attribute {name!r}")

@@ -1,5 +1,6 @@
 """Data-parallel training of comlrl's trainers under ``accelerate launch --multi_gpu --num_processes N`` or
-``torchrun`` (gloo on CPU, NCCL on GPUs), with the collectives of :mod:`comlrl.distributed`.
+``torchrun`` (gloo on CPU, NCCL on GPUs), with the collectives of :mod:`comlrl.distributed` (the one facade
+both packages use: pettingllms' AT-GRPO, GRPO and SFT call its functions and :func:`attach_engine`).
 
 What a run on N processes does, and why it equals one process over the same batches:
 
@@ -27,6 +28,10 @@ What a run on N processes does, and why it equals one process over the same batc
   and ``save_model`` (the others wait); a checkpoint records the world size, and resuming on another is an
   error naming both.
 
+FSDP (``ACCELERATE_USE_FSDP``, :mod:`comlrl.trainers.core.sharded_training`): the policies' gradients are summed
+by FSDP's reduce-scatter, so :meth:`DataParallel.attach` sums only the rows and the gradients of what is not
+sharded (critics), and every rank makes the same forward and backward calls (filler micro-batches).
+
 With ``advantage_normalization`` the actor-critic trainers whiten each agent's advantages over the global
 batch (:meth:`DataParallel.whiten`: the mean and variance of every rank's rows); the MAGRPO family's groups are
 per item, so theirs need no collective.
@@ -46,7 +51,7 @@ import torch
 from comlrl import distributed as dist
 from comlrl.rl.masking import masked_whiten
 
-__all__ = ["DataParallel"]
+__all__ = ["DataParallel", "attach_engine", "skips_on_ranks"]
 
 T = TypeVar("T")
 
@@ -61,6 +66,7 @@ class DataParallel:
     def __init__(self, owner: str, refusal: str | None = None) -> None:
         self.size = dist.init_distributed()
         self.rank = dist.rank()
+        self.sharded = False  # FSDP: the policies' gradients are summed by the reduce-scatter
         self._whitened = 0  # whitenings (:meth:`whiten`) of the current micro-batch on this rank
         if self.size > 1 and refusal:
             raise ValueError(
@@ -78,12 +84,15 @@ class DataParallel:
         the ranks and drop a micro-batch any rank skipped. ``whitenings``: the :meth:`whiten` calls each of its
         micro-batches makes (one per agent with actor-critic ``advantage_normalization``); a rank that made
         fewer (no rows, or a non-finite agent that ended its micro-batch early) joins the missing ones with
-        nothing, so every rank makes the same collectives."""
+        nothing, so every rank makes the same collectives. Under FSDP (:attr:`sharded`) the gradients of
+        sharded parameters are left to the reduce-scatter."""
         if self.size == 1:
             return
 
         def all_reduce(params: list, rows: float) -> float:
-            dist.all_reduce_gradients(params)
+            whole = [p for p in params if not _is_shard(p)] if self.sharded else params
+            if whole:  # the same parameters on every rank
+                dist.all_reduce_gradients(whole)
             return dist.all_reduce_sum([rows])[0]
 
         def any_rank(skipped: bool) -> bool:
@@ -158,3 +167,35 @@ class DataParallel:
         out = read() if self.main else None
         dist.barrier()
         return out if self.main else read()
+
+
+def _is_shard(param: torch.Tensor) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(param, DTensor)
+
+
+def attach_engine(steps: Any, *, sharded: bool = False, skips: bool = True) -> None:
+    """Make an update engine (:class:`~comlrl.trainers.core.optimization.GradientSteps`) whose micro-batch
+    weights are already normalised by the global counts (pettingllms' AT-GRPO / GRPO / SFT updates: summed
+    before the first backward, so no count is summed) sum its gradients over the ranks before clipping (not
+    ``sharded``: FSDP's reduce-scatter has summed them) and, with ``skips``, skip a step that is non-finite on
+    any rank on every rank, naming the ranks. Nothing in one process."""
+    if dist.world_size() == 1:
+        return
+    if not sharded:
+
+        def all_reduce(params: list, count: float) -> float:
+            dist.all_reduce_gradients(params)
+            return count
+
+        steps.all_reduce = all_reduce
+    if skips:
+        steps.any_rank_skips = skips_on_ranks
+
+
+def skips_on_ranks(what: str | None) -> str | None:
+    """Every rank's reason to skip the step (``"what (rank r)"``, joined), None when no rank has one."""
+    if not dist.all_reduce_max(what is not None):
+        return None
+    return "; ".join(f"{reason} (rank {r})" for r, reason in enumerate(dist.gather_objects(what)) if reason)

@@ -1,54 +1,94 @@
-"""The training knobs every comlrl trainer shares, declared and run in one place: gradient accumulation, the
-learning-rate schedule with warm-up, gradient clipping, bf16 / fp16 autocast, and when ``save_steps``
-checkpoints fall due.
+"""The update engine of every trainer of comlrl and pettingllms: the optimizer (:func:`build_optimizer`, AdamW),
+micro-batches into optimizer steps (:class:`GradientSteps`: accumulation, the LR schedule, clipping, bf16 /
+fp16 autocast, non-finite skips, data-parallel gradient sums, FSDP's sharded norm, ``save_steps``).
 
 The config fields are :class:`TrainingKnobFields` (transformers' ``TrainingArguments`` names and meanings;
 the defaults keep the public CoMLRL behaviour: one micro-batch per step, a constant learning rate, no
 clipping, float32, no checkpoints). A trainer drives :class:`GradientSteps` per micro-batch::
 
-    steps.start_micro_batch()              # the gradients of the group's earlier micro-batches are set aside
+    steps.start_micro_batch()              # a group's first micro-batch clears every gradient
     with steps.autocast(): loss = ...      # forward passes in bf16 / fp16 when asked
-    steps.backward(loss, rows)             # rows: the micro-batch's pairs / joint responses / tree nodes
-    steps.end_micro_batch(rows)            # or steps.discard_micro_batch() (a skipped, non-finite one)
+    steps.backward(loss, rows)             # or backward(loss, weight=micro_batch_weights(...))
+    steps.end_micro_batch(rows)            # or steps.discard_micro_batch(what) (a non-finite one)
     ...
     steps.flush()                          # the end of an epoch: a partial group steps too
 
-**Accumulation.** ``gradient_accumulation_steps`` (k) consecutive micro-batches form one optimizer step.
-Every trainer's loss is a mean over the rows of its micro-batch; with k > 1 it is back-propagated times its
-row count and, before the step, the gradients are divided by the rows of the whole step, so the step
-follows the gradient of the mean over all rows of its k micro-batches: the update of one micro-batch k
-times larger (exactly, up to float rounding, for every loss averaged over rows: MADPO, the reward model,
-the ``sequence_sum`` / ``grpo`` / ``dr_grpo`` policy losses and the value losses; the token-averaged
-``bnpo`` / ``token`` / ``dapo`` losses weigh each micro-batch by its rows, not its tokens). A skipped
-micro-batch adds nothing (the others' gradients are kept) but holds its place in the group, so the groups
-stay those of the larger batch. With k = 1 the loss is back-propagated as it is (bitwise the old update).
+The comlrl trainers let a group of ``gradient_accumulation_steps`` (k) micro-batches step by itself
+(``apply_step``); pettingllms' AT-GRPO / GRPO update (:class:`~pettingllms.trainer.policy_update.PolicyUpdater`)
+and its SFT warm start group their micro-batches themselves (``auto_step=False``) and call :meth:`prepare`
+(gradients summed over ranks, divided, clipped; False when the step is skipped) then :meth:`take`.
 
-**Data parallel.** Under a launcher (:mod:`comlrl.distributed`) the step first sums every parameter's
-gradient and the rows over the ranks, so the division gives the mean over the global rows (set
-``all_reduce``; the trainers do).
+**Accumulation: one weighting rule per loss type** (:func:`micro_batch_weights`). A micro-batch loss is
+back-propagated times a *weight*; with a *divisor* the step then divides the gradients by the sum, over the
+step's micro-batches and the ranks, of what each micro-batch *counts*. Two ways to the same target, the
+gradient of the loss of one batch as large as the whole step:
 
-**LR schedule.** ``transformers.get_scheduler(lr_scheduler_type, optimizer, warmup, horizon)`` for every
-optimizer, over a *phase* whose optimizer steps the trainer counts before it starts (:meth:`begin_phase`):
-the whole run of MAGRPO / IAC / MAAC and of the base preference trainers after pair collection (MARLHF:
-its RL stage), one round of the iterative ones. Warm-up is ``warmup_steps`` when > 0, else
-``ceil(warmup_ratio · horizon)`` (transformers' rule). The schedule's state is its phase (horizon, warm-up,
-steps done), kept in checkpoints, so a resumed run rebuilds the same schedulers.
+=====================================  =============================================  =========================================
+loss type                              comlrl trainers (the step's size is unknown    pettingllms AT-GRPO / GRPO (the step's
+                                       until its last micro-batch: divide after)      micro-batches are known before: scale)
+=====================================  =============================================  =========================================
+``dapo``                               weight = its own tokens, divided by the        weight 1: ``num_items_in_batch`` is
+                                       step's tokens (per agent): Σ per-token         already the step's tokens (every rank's):
+                                       losses / the step's tokens                     Σ per-token losses / the step's tokens
+``grpo``, ``bnpo`` / ``token``,        weight = rows, divided by the step's rows:     weight 1/k, k = the step's micro-batches
+``dr_grpo``, ``sequence_sum``          the row-weighted mean of the micro-batch       (every rank's): the plain mean of the
+                                       losses                                         micro-batch losses
+DPO (MADPO), Bradley–Terry (reward     weight = rows, divided by the step's rows      (not used)
+model), value losses (critics)
+SFT negative log-likelihood            (not used)                                     one micro-batch per step, divided by
+                                                                                      the batch's tokens (every rank's)
+=====================================  =============================================  =========================================
+
+``dapo`` is the same rule in both packages (TRL's: the whole optimizer step's completion tokens, over its
+micro-batches and ranks; comlrl's float rounding differs from pettingllms' since it divides after). The
+row-mean loss types still differ between the packages **only when the micro-batches of one step hold
+different numbers of rows** (an epoch's partial last batch, a rank's shard, AT-GRPO's last micro-batch of a
+policy's rows): comlrl weighs each micro-batch by its rows, AT-GRPO each by 1/k; with equal micro-batches
+both are the mean over the step's rows, the update of one micro-batch k times larger (``bnpo`` / ``token``
+and ``grpo`` average per micro-batch first, so with unequal token counts neither equals the big batch's
+token mean; only ``dapo`` does). Kept as they are so that no trainer's numbers move; deciding one rule is
+left for later.
+
+With k = 1 in one process (``weighted`` False) a comlrl micro-batch's loss is back-propagated as it is (the
+weights and the division cancel). A skipped micro-batch (``nonfinite="micro_batch"``, comlrl) adds nothing
+(the others' gradients are kept) but holds its place in the group, so the groups stay those of the larger
+batch; with ``nonfinite="step"`` (pettingllms) a non-finite micro-batch, or a non-finite gradient norm,
+skips the whole optimizer step (:attr:`last_skip` says what).
+
+**Data parallel.** Under a launcher the step first sums every parameter's gradient and each divisor's count
+over the ranks (``all_reduce``, set by :meth:`comlrl.trainers.core.data_parallel.DataParallel.attach` or
+:func:`pettingllms.trainer.distributed.attach_engine`), so the division gives the global mean; a skip on any
+rank skips on all (``any_rank`` per micro-batch, ``any_rank_skips`` per step). Under FSDP (``sharded``) the
+reduce-scatter has already summed the gradients (no ``all_reduce``) and the clipping norm is that of the
+whole gradient over every rank's shards (:func:`clip_grad_norm`).
+
+**LR schedule.** ``transformers.get_scheduler`` (:func:`build_lr_scheduler`) for every optimizer, over a
+*phase* whose optimizer steps the trainer counts before it starts (:meth:`begin_phase`): the whole run of
+MAGRPO / IAC / MAAC and of the base preference trainers after pair collection (MARLHF: its RL stage), one
+round of the iterative ones. Warm-up is ``warmup_steps`` when > 0, else ``ceil(warmup_ratio · horizon)``
+(transformers' rule, :func:`warmup_steps_for`). The schedule's state is its phase (horizon, warm-up, steps
+done), kept in checkpoints, so a resumed run rebuilds the same schedulers. (AT-GRPO builds its scheduler
+with the same function over ``max_steps`` and advances it once per training step itself.)
 
 **Clipping.** With ``max_grad_norm`` > 0 each optimizer's parameters (one policy, or one critic) are
-clipped to that norm (``torch.nn.utils.clip_grad_norm_``); ``grad_norm`` is the largest norm before
-clipping. **Precision.** ``bf16`` / ``fp16``: ``torch.autocast`` around the forward passes (weights and
-optimizer states stay float32); fp16 adds loss scaling (``torch.amp.GradScaler``) and needs CUDA.
+clipped to that norm; ``measure_grad_norm`` measures it without a limit otherwise; ``grad_norm`` is the
+largest norm before clipping. **Precision.** ``bf16`` / ``fp16``: ``torch.autocast`` around the forward
+passes (weights and optimizer states stay float32); fp16 adds loss scaling (``torch.amp.GradScaler``) and
+needs CUDA.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from comlrl.rl.losses import LOSS_TYPES
 from comlrl.trainers.core.trainer_core import TrainerPart
 from comlrl.trainers.core.training_knobs import (
     LR_SCHEDULER_TYPES,
@@ -60,12 +100,17 @@ from comlrl.trainers.core.training_knobs import (
 __all__ = [
     "LR_SCHEDULER_TYPES",
     "GradientSteps",
+    "MicroBatchWeight",
     "TrainingKnobFields",
     "accumulated_steps",
     "build_lr_scheduler",
+    "build_optimizer",
+    "clip_grad_norm",
     "epoch_micro_batches",
+    "micro_batch_weights",
     "warmup_steps_for",
 ]
+
 
 def accumulated_steps(micro_batches: int, k: int) -> int:
     """Optimizer steps of ``micro_batches`` consecutive micro-batches grouped by ``k`` (the last group may be
@@ -84,20 +129,104 @@ def epoch_micro_batches(num_items: int, buffer: int, batch: int, turns: int = 1,
     return micro
 
 
+# ---------------------------------------------------------------------------------------- pure rules
+@dataclass(frozen=True)
+class MicroBatchWeight:
+    """How one micro-batch's loss enters its optimizer step: back-propagated times ``weight``; with a
+    ``divisor`` (``"rows"``, ``"tokens..."``) the step divides the gradients of that divisor by the sum of the
+    ``count`` of its micro-batches (every rank's); None: ``weight`` already normalises (no division)."""
+
+    weight: float
+    count: float = 0.0
+    divisor: str | None = None
+
+
+def micro_batch_weights(
+    loss_type: str | None,
+    *,
+    rows: float = 0,
+    tokens: float | None = None,
+    num_micro_batches: int | None = None,
+    divisor_suffix: str = "",
+) -> MicroBatchWeight:
+    """The weighting rule of the module docstring's table for one micro-batch.
+
+    ``loss_type``: one of :data:`comlrl.rl.LOSS_TYPES`, or None for a loss that is a mean over the rows (DPO,
+    Bradley–Terry, value losses). ``num_micro_batches`` given: the step's micro-batch count over every rank,
+    known before its first backward (pettingllms): ``dapo`` weighs 1 (its loss is already normalised by the
+    step's tokens), the other types 1/k. Not given (comlrl, the step's size is known at its end): ``dapo``
+    weighs its loss (normalised by its own ``tokens``) by ``tokens`` and divides by the step's tokens (divisor
+    ``"tokens" + divisor_suffix``, one per agent), the other types by ``rows``, divided by the step's rows."""
+    if loss_type is not None and loss_type not in LOSS_TYPES:
+        raise ValueError(f"`loss_type` must be one of {LOSS_TYPES} (or None: a mean over rows), got {loss_type!r}")
+    if num_micro_batches is not None:
+        if num_micro_batches < 1:
+            raise ValueError(f"`num_micro_batches` must be >= 1, got {num_micro_batches}")
+        return MicroBatchWeight(1.0 if loss_type == "dapo" else 1.0 / num_micro_batches)
+    if loss_type == "dapo":
+        if tokens is None or tokens < 0:
+            raise ValueError(f"`tokens` (the micro-batch's completion tokens) must be >= 0 for dapo, got {tokens!r}")
+        return MicroBatchWeight(float(tokens), float(tokens), "tokens" + divisor_suffix)
+    if rows < 0:
+        raise ValueError(f"`rows` must be >= 0, got {rows!r}")
+    return MicroBatchWeight(float(rows), float(rows), "rows")
+
+
+def build_optimizer(
+    params: Iterable[torch.nn.Parameter],
+    *,
+    learning_rate: float,
+    weight_decay: float = 0.01,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+    foreach: bool | None = None,
+) -> torch.optim.AdamW:
+    """The AdamW of every trainer (the defaults are torch's)."""
+    return torch.optim.AdamW(params, lr=learning_rate, betas=betas, eps=eps, weight_decay=weight_decay, foreach=foreach)
+
+
+def clip_grad_norm(params: Sequence[torch.nn.Parameter], max_norm: float, *, sharded: bool = False) -> float:
+    """Clip the gradients of ``params`` to ``max_norm`` (``inf``: measure only); returns their norm before
+    clipping (0.0 without gradients). ``sharded`` (FSDP): the norm of the whole gradient over every rank's
+    shards, the same on every rank (a collective)."""
+    if not sharded:
+        return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    from torch.distributed.tensor import DTensor
+
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return 0.0
+    total = torch.nn.utils.get_total_norm(grads)
+    if isinstance(total, DTensor):
+        total = total.full_tensor()
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+    return float(total)
+
+
 _DEFAULTS = {name: f.default for name, f in TrainingKnobFields.__dataclass_fields__.items()}
+_NONFINITE = ("micro_batch", "step")
+Grads = dict[int, tuple[torch.Tensor, torch.Tensor]]  # id(param) -> (param, its gradient)
 
 
 class GradientSteps(TrainerPart):
     """Micro-batches into optimizer steps (see the module docstring): accumulation, clipping, the LR
-    schedule, autocast and the optimizer-step count.
+    schedule, autocast, non-finite skips, data-parallel sums and the optimizer-step count.
 
     Args:
         settings: an object with the :class:`TrainingKnobFields` (a trainer config); a missing field takes
             its default.
-        optimizers: ``{name: optimizer}``; more can be added with :meth:`add_optimizer` (critics).
+        optimizers: ``{name: optimizer}`` (:func:`build_optimizer`); more with :meth:`add_optimizer` (critics).
         device_type: where the forward passes run (``"cpu"`` or ``"cuda"``): autocast's device.
         apply_step: what completes a group (default :meth:`step`); a trainer passes its own, which calls
             :meth:`step` and bumps its policies' versions.
+        divisors: the divisors micro-batch weights may name (``()``: every weight already normalises); a
+            trainer adds more with :meth:`add_divisors` (dapo's per-agent tokens).
+        nonfinite: what :meth:`discard_micro_batch` drops: ``"micro_batch"`` (the group's others still step)
+            or ``"step"`` (the whole optimizer step; a non-finite gradient norm skips it too).
+        measure_grad_norm: measure the gradient norm at every step, also without clipping.
+        sharded: the parameters are FSDP shards (the clipping norm is the whole gradient's).
+        auto_step: a group of ``gradient_accumulation_steps`` micro-batches steps by itself (False: the
+            caller calls :meth:`step`, or :meth:`prepare` and :meth:`take`).
 
     A :class:`~comlrl.trainers.core.trainer_core.TrainerPart`: ``global_step``, the phase of the LR schedule
     and the loss scaler travel in checkpoints under ``"optimization"``.
@@ -112,8 +241,15 @@ class GradientSteps(TrainerPart):
         *,
         device_type: str = "cpu",
         apply_step: Callable[[], Any] | None = None,
+        divisors: Sequence[str] = ("rows",),
+        nonfinite: str = "micro_batch",
+        measure_grad_norm: bool = False,
+        sharded: bool = False,
+        auto_step: bool = True,
     ) -> None:
         knob = lambda name: getattr(settings, name, _DEFAULTS[name])  # noqa: E731
+        if nonfinite not in _NONFINITE:
+            raise ValueError(f"`nonfinite` must be one of {_NONFINITE}, got {nonfinite!r}")
         self.settings = settings
         self.k = int(knob("gradient_accumulation_steps"))
         self.max_grad_norm = float(knob("max_grad_norm") or 0.0) or None
@@ -129,10 +265,14 @@ class GradientSteps(TrainerPart):
         self.scaler = torch.amp.GradScaler("cuda") if knob("fp16") else None
         self.optimizers: dict[str, torch.optim.Optimizer] = dict(optimizers)
         self.apply_step = apply_step if apply_step is not None else self.step
-        # Data parallel (set by the trainer under a launcher): sum gradients and rows over ranks; whether any
-        # rank skipped the current micro-batch.
+        self.divisors: tuple[str, ...] = ()
+        self.nonfinite, self.measure_grad_norm, self.sharded, self.auto_step = nonfinite, measure_grad_norm, sharded, auto_step
+        self.add_divisors(*divisors)
+        # Data parallel (set under a launcher): sum gradients and a count over ranks; whether any rank skipped
+        # the current micro-batch; every rank's skip reasons of a step (None when none skipped).
         self.all_reduce: Callable[[list[torch.Tensor], float], float] | None = None
         self.any_rank: Callable[[bool], bool] | None = None
+        self.any_rank_skips: Callable[[str | None], str | None] | None = None
         self.schedulers: dict[str, Any] = {}
         self.reset()
 
@@ -142,22 +282,53 @@ class GradientSteps(TrainerPart):
         self.phase: dict[str, int] | None = None
         self.save_due = False
         self.last_grad_norm: float | None = None
-        self._stash: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+        self.last_skip: str | None = None
+        self._clear_group()
+
+    def _clear_group(self) -> None:
         self._micro = 0
-        self._rows = 0.0
+        self._acc: dict[str | None, Grads] = {}  # the group's finished micro-batches, per divisor
+        self._current: dict[str | None, Grads] = {}  # this micro-batch's, per divisor, set aside
+        self._live: str | None = None  # the divisor of the gradients in `.grad` now
+        self._counts: dict[str, float] = {}
+        self._pending: dict[str, float] = {}  # this micro-batch's counts
+        self._bad: list[str] = []
 
     def add_optimizer(self, name: str, optimizer: torch.optim.Optimizer) -> None:
         self.optimizers[name] = optimizer
 
+    def add_divisors(self, *divisors: str) -> None:
+        """Allow micro-batch weights with these divisors (every rank adds the same ones, in the same order)."""
+        for divisor in divisors:
+            if self.nonfinite == "step" and self.divisors and divisor not in self.divisors:
+                raise ValueError(f"`nonfinite='step'` keeps one divisor, has {self.divisors}, got {divisor!r}")
+            if divisor not in self.divisors:
+                self.divisors = (*self.divisors, divisor)
+
     def _params(self) -> list[torch.Tensor]:
         """Every optimized parameter once (a value head's backbone may sit in two optimizers)."""
         return list({id(p): p for o in self.optimizers.values() for g in o.param_groups for p in g["params"]}.values())
+
+    def _zero_grad(self) -> None:
+        for optimizer in self.optimizers.values():
+            optimizer.zero_grad(set_to_none=True)
 
     # ------------------------------------------------------------------------------------ micro-batches
     @property
     def pending(self) -> bool:
         """Whether micro-batches of an unfinished group are waiting for their step."""
         return self._micro > 0
+
+    @property
+    def weighted(self) -> bool:
+        """Whether micro-batch losses with a divisor are back-propagated times their weight and the step
+        divides (accumulation, or data parallel); with neither the loss goes back as it is."""
+        return self.k > 1 or self.all_reduce is not None
+
+    @property
+    def _set_aside(self) -> bool:
+        """Whether each micro-batch's gradients are kept apart (to drop one alone, or to divide by divisor)."""
+        return self.nonfinite == "micro_batch"
 
     def autocast(self) -> Any:
         """``torch.autocast`` in the config's precision around forward passes (a no-op in float32)."""
@@ -166,59 +337,107 @@ class GradientSteps(TrainerPart):
         return torch.autocast(device_type=self.device_type, dtype=self.dtype)
 
     def start_micro_batch(self) -> None:
-        """Before a micro-batch's forward passes: a group's first clears every gradient; later ones set the
-        group's gradients aside, so this micro-batch's can be dropped alone."""
-        params = self._params()
+        """Before a micro-batch's forward passes: a group's first clears every gradient."""
         if self._micro == 0:
-            for optimizer in self.optimizers.values():
-                optimizer.zero_grad(set_to_none=True)
-            self._stash = []
-            return
-        self._stash = [(p, p.grad) for p in params if p.grad is not None]
-        for p, _ in self._stash:
-            p.grad = None
+            self._zero_grad()
+            self._clear_group()
 
-    def backward(self, loss: torch.Tensor, rows: int) -> None:
-        """Back-propagate a micro-batch's mean loss over ``rows`` rows (times ``rows`` when k > 1)."""
-        if self.weighted:
-            loss = loss * float(rows)
+    def backward(self, loss: torch.Tensor, rows: float | None = None, *, weight: MicroBatchWeight | None = None) -> None:
+        """Back-propagate a micro-batch's loss: with ``rows``, a mean over them (the ``"rows"`` rule); with
+        ``weight``, :func:`micro_batch_weights`' rule; with neither, as it is (already normalised)."""
+        if weight is None:
+            weight = MicroBatchWeight(float(rows), float(rows), "rows") if rows is not None else MicroBatchWeight(1.0)
+        key, factor = weight.divisor, weight.weight
+        if key is not None:
+            if key not in self.divisors:
+                raise ValueError(f"micro-batch divisor {key!r} is not one of this engine's `divisors` {self.divisors}")
+            self._pending[key] = float(weight.count)
+            if not self.weighted:  # one process, one micro-batch per step: the loss as it is, one accumulation
+                key, factor = self.divisors[0], 1.0
+        elif self.divisors:
+            raise ValueError(f"this engine divides by {self.divisors}: pass `rows` or a `weight` with a divisor")
+        if factor != 1.0:
+            loss = loss * factor
+        if key != self._live and self._set_aside:
+            self._put_aside()
+        self._live = key
         if self.scaler is not None:
             loss = self.scaler.scale(loss)
         loss.backward()
 
-    def end_micro_batch(self, rows: int) -> bool:
-        """The micro-batch went through: its ``rows`` count; completes the group when it is the k-th. Returns
-        False when, under data parallel, another rank skipped its part of the micro-batch: then this rank
-        drops its part too (one process would have skipped the whole micro-batch)."""
+    def backward_policy(
+        self,
+        total: torch.Tensor,
+        rows: float,
+        *,
+        loss_type: str,
+        policy_loss: torch.Tensor,
+        tokens: float,
+        value_loss: torch.Tensor | None = None,
+        agent: int | str = 0,
+    ) -> None:
+        """An agent's part of a micro-batch: ``total`` = its ``policy_loss`` of ``loss_type`` over ``rows``
+        completions of ``tokens`` tokens, plus a weighted ``value_loss`` (a mean over the rows) when it has a
+        critic, back-propagated by :func:`micro_batch_weights`: whole, times its rows, for the row-mean loss
+        types (and in one process with k = 1); for ``dapo`` the policy loss times its tokens, divided by the
+        agent's tokens of the step (divisor ``tokens/<agent>``, see :meth:`add_divisors`), the value loss
+        times its rows."""
+        if loss_type == "dapo" and self.weighted:
+            self.backward(policy_loss, weight=micro_batch_weights("dapo", tokens=tokens, divisor_suffix=f"/{agent}"))
+            if value_loss is not None:
+                self.backward(value_loss, weight=micro_batch_weights(None, rows=rows))
+        else:  # dapo in one process with k = 1 goes back as it is (its own tokens are the step's)
+            self.backward(total, weight=micro_batch_weights(None if loss_type == "dapo" else loss_type, rows=rows))
+
+    def _put_aside(self) -> None:
+        """Move the gradients in ``.grad`` (of divisor ``_live``) into this micro-batch's set-aside ones."""
+        grads = {id(p): (p, p.grad) for p in self._params() if p.grad is not None}
+        for p, _ in grads.values():
+            p.grad = None
+        _merge(self._current.setdefault(self._live, {}), grads)
+
+    def end_micro_batch(self, rows: float = 0) -> bool:
+        """The micro-batch went through (``rows``: its rows, the ``"rows"`` divisor's count); completes the
+        group when it is the k-th. Returns False when, under data parallel, another rank skipped its part of
+        the micro-batch: then this rank drops its part too (one process would have skipped the whole)."""
         if self.any_rank is not None and self.any_rank(False):
             self._drop_own()
             self._advance()
             return False
-        for p, grad in self._stash or []:
-            p.grad = grad if p.grad is None else p.grad.add_(grad)
-        self._stash = None
-        self._rows += float(rows)
+        if "rows" in self.divisors:
+            self._pending["rows"] = float(rows)
+        if self._set_aside:
+            self._put_aside()
+            for key, grads in self._current.items():
+                _merge(self._acc.setdefault(key, {}), grads)
+            self._current = {}
+        for key, count in self._pending.items():
+            self._counts[key] = self._counts.get(key, 0.0) + count
+        self._pending = {}
         self._advance()
         return True
 
-    def discard_micro_batch(self) -> None:
-        """The micro-batch was skipped (a non-finite loss): its gradients go, the group's earlier ones come
-        back; under data parallel every rank drops its part."""
+    def discard_micro_batch(self, what: str | None = None) -> None:
+        """The micro-batch was skipped (``what`` was non-finite): with ``nonfinite="micro_batch"`` its
+        gradients go and the group's earlier ones stay (under data parallel every rank drops its part); with
+        ``"step"`` the whole step will be skipped (:meth:`prepare` says why)."""
         if self.any_rank is not None:
             self.any_rank(True)
-        self._drop_own()
+        if self._set_aside:
+            self._drop_own()
+        else:
+            self._bad.append(what or "loss")
+            self._pending = {}
         self._advance()
 
     def _drop_own(self) -> None:
         for p in self._params():
             p.grad = None
-        for p, grad in self._stash or []:
-            p.grad = grad
-        self._stash = None
+        self._current, self._pending, self._live = {}, {}, None
 
     def _advance(self) -> None:
         self._micro += 1
-        if self._micro >= self.k:
+        if self.auto_step and self._micro >= self.k:
             self.apply_step()
 
     def flush(self) -> bool:
@@ -226,34 +445,77 @@ class GradientSteps(TrainerPart):
         return bool(self.apply_step()) if self._micro > 0 else False
 
     # ------------------------------------------------------------------------------------ the step
-    @property
-    def weighted(self) -> bool:
-        """Whether micro-batch losses are back-propagated times their rows and the step divides by the rows
-        (accumulation, or data parallel); with neither the loss goes back as it is."""
-        return self.k > 1 or self.all_reduce is not None
-
     def step(self) -> bool:
-        """Finish the group: sum over ranks, average over its rows, clip, step every optimizer and its
-        schedule. Returns False (nothing changes) when no micro-batch of the group went through."""
-        rows, self._micro, self._rows = self._rows, 0, 0.0
-        if self.all_reduce is not None:  # every rank's gradients and rows summed: the global step's
-            rows = self.all_reduce(self._params(), rows)
-        params = [p for p in self._params() if p.grad is not None]
-        if rows <= 0:
-            for optimizer in self.optimizers.values():
-                optimizer.zero_grad(set_to_none=True)
+        """Finish the group (:meth:`prepare`) and step every optimizer (:meth:`take`). Returns False (nothing
+        changes) when the step is skipped or no micro-batch of the group went through."""
+        return self.prepare() and self.take()
+
+    def prepare(self) -> bool:
+        """The group's gradients, ready to step: skips agreed over ranks, summed over ranks, divided by their
+        divisors, unscaled and clipped. False (every gradient cleared; :attr:`last_skip` names what was
+        non-finite, None when nothing went through) when the step must not happen."""
+        counts, bad, acc = self._counts, self._bad, self._acc
+        self._clear_group()
+        what = "; ".join(bad) or None
+        if self.any_rank_skips is not None:
+            what = self.any_rank_skips(what)
+        self.last_skip = what
+        if what is not None or not self._gather(acc, counts):
+            self._zero_grad()
             return False
-        if self.weighted:
-            for p in params:
-                p.grad.div_(rows)
         norms = []
         for optimizer in self.optimizers.values():
             if self.scaler is not None:
                 self.scaler.unscale_(optimizer)
-            if self.max_grad_norm is not None:
+            if self.max_grad_norm is not None or self.measure_grad_norm:
                 owned = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
-                if owned:
-                    norms.append(float(torch.nn.utils.clip_grad_norm_(owned, self.max_grad_norm)))
+                if owned or self.measure_grad_norm:
+                    norms.append(clip_grad_norm(owned, self.max_grad_norm or math.inf, sharded=self.sharded))
+        self.last_grad_norm = max(norms) if norms else None
+        bad_norms = [norm for norm in norms if not math.isfinite(norm)]
+        if self.nonfinite == "step" and bad_norms:
+            self.last_skip = f"gradient norm ({bad_norms[0]})"
+            self._zero_grad()
+            return False
+        return True
+
+    def _gather(self, acc: dict[str | None, Grads], counts: Mapping[str, float]) -> bool:
+        """Put the group's gradients in ``.grad``, summed over ranks and divided by their divisors; False when
+        no micro-batch went through (the first divisor counts nothing, over every rank)."""
+        params = self._params()
+        keys = self.divisors if self.weighted else self.divisors[:1]
+        if len(keys) <= 1:
+            key = keys[0] if keys else None
+            _restore(acc.get(key, {}))
+            count = counts.get(key, 0.0) if key is not None else 1.0
+            if self.all_reduce is not None:
+                count = self.all_reduce(params, count)
+            if count <= 0:
+                return False
+            if self.weighted and key is not None:
+                for p in params:
+                    if p.grad is not None:
+                        p.grad.div_(count)
+            return True
+        total: Grads = {}
+        first = None
+        for key in keys:  # each divisor's gradients apart: summed over ranks, divided, then added up
+            for p in params:
+                p.grad = None
+            _restore(acc.get(key, {}))
+            count = counts.get(key, 0.0)
+            if self.all_reduce is not None:
+                count = self.all_reduce(params, count)
+            first = count if first is None else first
+            if count > 0:
+                _merge(total, {id(p): (p, p.grad.div_(count)) for p in params if p.grad is not None})
+        for p in params:
+            p.grad = None
+        _restore(total)
+        return first > 0
+
+    def take(self) -> bool:
+        """Step every optimizer on the prepared gradients and clear them; advance the schedules and counts."""
         for optimizer in self.optimizers.values():
             if self.scaler is not None:
                 self.scaler.step(optimizer)
@@ -266,7 +528,6 @@ class GradientSteps(TrainerPart):
             scheduler.step()
         if self.phase is not None:
             self.phase["done"] += 1
-        self.last_grad_norm = max(norms) if norms else None
         self.global_step += 1
         if self.save_steps and self.global_step % int(self.save_steps) == 0:
             self.save_due = True
@@ -325,3 +586,14 @@ class GradientSteps(TrainerPart):
             saved = dict(state["scaler"])
             saved["_growth_tracker"] = int(saved.get("_growth_tracker", 0))
             self.scaler.load_state_dict(saved)
+
+
+def _merge(into: Grads, grads: Grads) -> None:
+    """Add ``grads`` into ``into`` (the newer gradient plus the earlier ones, in place)."""
+    for key, (p, grad) in grads.items():
+        into[key] = (p, grad if key not in into else grad.add_(into[key][1]))
+
+
+def _restore(grads: Grads) -> None:
+    for p, grad in grads.values():
+        p.grad = grad if p.grad is None else p.grad.add_(grad)

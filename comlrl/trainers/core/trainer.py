@@ -44,7 +44,7 @@ from comlrl.trainers.core.centralized import CentralizedCollaboration, check_ada
 from comlrl.trainers.core.data_parallel import DataParallel
 from comlrl.trainers.core.models import disable_dropout
 from comlrl.trainers.core.nonfinite import NonFiniteGuard
-from comlrl.trainers.core.optimization import GradientSteps
+from comlrl.trainers.core.optimization import GradientSteps, build_optimizer
 from comlrl.trainers.core.oracle import NonFiniteRewardError, Oracle, OracleScores
 from comlrl.trainers.core.reference import ReferencePolicy
 from comlrl.trainers.core.sampling import (
@@ -215,8 +215,8 @@ class MultiAgentTrainerBase(TrainerCore):
 
         self.backend = generation_backend(self.policy, args)  # HF, or vLLM with use_vllm
         self.optimizers_by_policy = {
-            name: torch.optim.AdamW(
-                self.policy.trainable_parameters(name), lr=args.agent_learning_rate, foreach=True
+            name: build_optimizer(
+                self.policy.trainable_parameters(name), learning_rate=args.agent_learning_rate, foreach=True
             )
             for name in self.policy.policies
         }
@@ -542,22 +542,13 @@ class MultiAgentTrainerBase(TrainerCore):
         """Write ``output_dir/agent_i/`` for every agent (model and tokenizer ``save_pretrained``; a LoRA
         agent's folder holds its adapter and tokenizer, the base goes to ``output_dir/base/``), plus the
         policy layout (``MultiAgentPolicy.load(output_dir)`` rebuilds the team). Data parallel: rank 0 writes."""
-        if self.data_parallel.main:
-            output_dir = super().save_model(output_dir)
-            save_agent_folders(self.policy, self.agent_names, output_dir)
+        directory = super().save_model(output_dir)
         if self._metrics_logger is not None and "wandb" in self.args.report_to:
             self._log({"final_model_saved": 1})
-        return self.data_parallel.rank_zero_writes(lambda: Path(output_dir), Path(output_dir))
+        return directory
 
-    def save_checkpoint(self, output_dir: Any = None, *, step: int | None = None, total_limit: Any = None) -> Path:
-        """:meth:`TrainerCore.save_checkpoint`; data parallel: every rank calls it, rank 0 writes."""
-        path = Path(output_dir if output_dir is not None else self.output_dir) / f"checkpoint-{step}"
-        save = lambda: TrainerCore.save_checkpoint(self, output_dir, step=step, total_limit=total_limit)  # noqa: E731
-        return self.data_parallel.rank_zero_writes(save, path)
-
-    def load_checkpoint(self, path: str | os.PathLike | bool) -> TrainerState:
-        """:meth:`TrainerCore.load_checkpoint`; data parallel: rank 0 first (it tidies files), then the others."""
-        return self.data_parallel.rank_zero_first(lambda: TrainerCore.load_checkpoint(self, path))
+    def save_model_files(self, directory: Path) -> None:
+        save_agent_folders(self.policy, self.agent_names, directory)
 
     # ------------------------------------------------------------------------------------ checkpoints
     def checkpoint_step(self) -> int:

@@ -14,6 +14,12 @@ trainer's :meth:`TrainerCore.state_extra`, then each part's JSON state under its
 Loading restores in the same order, weights and random streams first. A resume first removes what writes
 interrupted by a kill left in :attr:`TrainerCore.output_dir` (:func:`comlrl.atomic_io.remove_stale_temporaries`)
 and checks the whole checkpoint before it changes anything (:func:`comlrl.checkpoint.verify_checkpoint`).
+
+Data parallel (:mod:`comlrl.distributed`: ``accelerate launch`` / ``torchrun``): every rank calls
+:meth:`TrainerCore.save_checkpoint`, :meth:`TrainerCore.load_checkpoint` and :meth:`TrainerCore.save_model`.
+A save first runs :meth:`TrainerCore.prepare_checkpoint` on every rank (collectives: what rank 0's write
+gathers from the others, e.g. FSDP's whole optimizer states), then rank 0 alone writes while the others wait
+at a barrier; a load runs on rank 0 first (it tidies the folder), then on the others.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from comlrl import distributed as dist
 from comlrl.atomic_io import remove_stale_temporaries
 from comlrl.checkpoint import (
     TrainerState,
@@ -47,7 +54,9 @@ class TrainerPart:
     - :meth:`on_fresh_run`: a fresh (not resumed) run is about to start;
     - :attr:`state_key`, :meth:`state_dict`, :meth:`load_state_dict`: JSON state kept in
       ``trainer_state.json`` under ``extra[state_key]`` (None: the part keeps none);
-    - :meth:`payloads`, :meth:`restore`: files kept in ``extra/<name>/`` folders of a checkpoint.
+    - :meth:`payloads`, :meth:`restore`: files kept in ``extra/<name>/`` folders of a checkpoint;
+    - :meth:`gather`, :meth:`release`: on every rank around rank 0's write of a checkpoint (data parallel:
+      collectives that collect what :meth:`payloads` or the optimizers' state dicts need, then free it).
     """
 
     state_key: str | None = None
@@ -68,6 +77,12 @@ class TrainerPart:
     def restore(self, checkpoint: Path) -> None:
         """Read back what :meth:`payloads` wrote (after the weights and every JSON state)."""
 
+    def gather(self) -> None:
+        """Every rank, before rank 0 writes a checkpoint (collectives allowed)."""
+
+    def release(self) -> None:
+        """Every rank, once rank 0 has written the checkpoint (frees what :meth:`gather` collected)."""
+
 
 class TrainerCore:
     """Output folder, metrics log, checkpoints, resume, ``save_model`` and progress bars of a trainer.
@@ -83,6 +98,9 @@ class TrainerCore:
     - :meth:`state_extra` / :meth:`load_state_extra`: the trainer's own JSON state;
     - :meth:`checkpoint_payloads` / :meth:`restore_payloads`: the trainer's own payload folders;
     - :meth:`check_checkpoint`: refuse a checkpoint before anything is loaded from it;
+    - :meth:`checkpoint_total_limit`: how many checkpoints a save keeps when the caller gives no limit;
+    - :meth:`prepare_checkpoint`: every rank, before rank 0 writes (default: each part's ``gather``);
+    - :meth:`save_model_files`: what :meth:`save_model` writes besides the policy (rank 0);
     - :meth:`checkpoint_log_history` / :meth:`restore_log_history`: the metrics records a checkpoint keeps,
       and what the metrics log becomes on resume;
     - :meth:`run_seed`: the seed of the global random streams at a fresh run's start (default ``args.seed``);
@@ -141,6 +159,19 @@ class TrainerCore:
     def check_checkpoint(self, path: Path, saved: TrainerState) -> None:
         """Raise when the checkpoint at ``path`` cannot continue this trainer (nothing is loaded yet)."""
 
+    def checkpoint_total_limit(self) -> int | None:
+        """The checkpoints a save keeps when its caller gives no ``total_limit`` (None: all)."""
+        return None
+
+    def prepare_checkpoint(self) -> None:
+        """Every rank, before rank 0 writes a checkpoint: collect what the write needs from the other ranks
+        (subclasses add theirs and call super, which tells the parts)."""
+        for part in self._parts:
+            part.gather()
+
+    def save_model_files(self, directory: Path) -> None:
+        """Files :meth:`save_model` writes into ``directory`` after the policy (rank 0; subclasses add theirs)."""
+
     def checkpoint_log_history(self) -> list[dict]:
         """The metrics records a checkpoint keeps: by default everything the metrics logger holds."""
         return self.metrics_logger.history
@@ -186,13 +217,25 @@ class TrainerCore:
         total_limit: int | None = None,
     ) -> Path:
         """Write ``checkpoint-{step}/`` (default: :meth:`checkpoint_step`) under ``output_dir`` (default:
-        :attr:`output_dir`) with everything needed to continue exactly; with ``total_limit`` the oldest
-        others are deleted."""
+        :attr:`output_dir`) with everything needed to continue exactly; with ``total_limit`` (default:
+        :meth:`checkpoint_total_limit`) the oldest others are deleted. Data parallel: every rank calls it,
+        rank 0 writes, the others wait for it."""
         directory = Path(output_dir if output_dir is not None else self.output_dir)
         step = self.checkpoint_step() if step is None else step
+        total_limit = self.checkpoint_total_limit() if total_limit is None else total_limit
+        self.prepare_checkpoint()
+        try:
+            path = self._write_checkpoint(directory, int(step), total_limit) if dist.is_main_process() else None
+        finally:
+            for part in self._parts:
+                part.release()
+        dist.barrier()
+        return path if path is not None else directory / f"checkpoint-{int(step)}"
+
+    def _write_checkpoint(self, directory: Path, step: int, total_limit: int | None) -> Path:
         parts_state = {p.state_key: p.state_dict() for p in self._parts if p.state_key is not None}
         state = TrainerState(
-            step=int(step),
+            step=step,
             data_cursor=dict(self.data_cursor),
             log_history=list(self.checkpoint_log_history()),
             extra={**self.state_extra(), **parts_state},
@@ -221,7 +264,12 @@ class TrainerCore:
     def load_checkpoint(self, path: str | os.PathLike | bool) -> TrainerState:
         """Restore a checkpoint written by :meth:`save_checkpoint` into this trainer: weights, optimizers,
         schedulers and random streams, then the step, the data cursor and JSON state, then the payloads,
-        then the metrics log."""
+        then the metrics log. Data parallel: rank 0 first (it clears stale temporaries), then the others."""
+        state = self._load_checkpoint(path) if dist.is_main_process() else None
+        dist.barrier()
+        return state if state is not None else self._load_checkpoint(path)
+
+    def _load_checkpoint(self, path: str | os.PathLike | bool) -> TrainerState:
         if self.output_dir.is_dir():
             remove_stale_temporaries(self.output_dir)
         path = self.find_checkpoint(path)
@@ -249,11 +297,15 @@ class TrainerCore:
 
     # ------------------------------------------------------------------------------------ saving, progress
     def save_model(self, output_dir: str | os.PathLike | None = None) -> Path:
-        """The policy (``MultiAgentPolicy.save``: one folder per policy and the layout) in ``output_dir``
-        (default: :attr:`output_dir`)."""
+        """The policy (``MultiAgentPolicy.save``: one folder per policy and the layout), then
+        :meth:`save_model_files`, in ``output_dir`` (default: :attr:`output_dir`). Data parallel: every rank
+        calls it, rank 0 writes, the others wait for it."""
         directory = Path(output_dir if output_dir is not None else self.output_dir)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.policy.save(directory)
+        if dist.is_main_process():
+            directory.mkdir(parents=True, exist_ok=True)
+            self.policy.save(directory)
+            self.save_model_files(directory)
+        dist.barrier()
         return directory
 
     @contextmanager

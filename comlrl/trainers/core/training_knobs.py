@@ -1,7 +1,12 @@
 """The optimisation knobs of every trainer config (:class:`TrainingKnobFields`: transformers'
 ``TrainingArguments`` names and meanings) and the learning-rate schedule they describe. Declared apart from
 :class:`~comlrl.trainers.core.optimization.GradientSteps`, which runs them, so that reading a config does not
-need torch."""
+need torch.
+
+The schedule's keywords are checked with the config against :data:`SCHEDULE_KEYWORDS` (transformers'
+schedule functions, which ``tests/comlrl/test_training_knobs.py`` compares with the installed transformers);
+what only building the schedule can tell (a value transformers refuses) is reported by
+:func:`build_lr_scheduler`, when a trainer builds its schedulers, in the same words."""
 
 from __future__ import annotations
 
@@ -11,7 +16,14 @@ from typing import Any
 
 from comlrl.validation import check_bool, check_float, check_int, help_field, warn
 
-__all__ = ["LR_SCHEDULER_TYPES", "TrainingKnobFields", "build_lr_scheduler", "warmup_steps_for"]
+__all__ = [
+    "LR_SCHEDULER_TYPES",
+    "SCHEDULE_KEYWORDS",
+    "TrainingKnobFields",
+    "build_lr_scheduler",
+    "check_schedule_keywords",
+    "warmup_steps_for",
+]
 
 # transformers' SchedulerType values a step-count schedule can use (reduce_lr_on_plateau needs a metric,
 # greedy a loss: neither fits these trainers).
@@ -27,6 +39,25 @@ LR_SCHEDULER_TYPES = (
     "cosine_warmup_with_min_lr",
     "warmup_stable_decay",
 )
+# The keywords ``lr_scheduler_kwargs`` may hold for each schedule: its transformers function's parameters past
+# the optimizer, the warm-up and the horizon (``get_scheduler`` passes those). None: ``get_scheduler`` calls the
+# schedule without the keywords, so any are accepted (and ignored).
+SCHEDULE_KEYWORDS: dict[str, tuple[str, ...] | None] = {
+    "constant": None,
+    "constant_with_warmup": None,
+    "linear": ("last_epoch",),
+    "cosine": ("num_cycles", "last_epoch"),
+    "cosine_with_restarts": ("num_cycles", "last_epoch"),
+    "polynomial": ("lr_end", "power", "last_epoch"),
+    "inverse_sqrt": ("timescale", "last_epoch"),
+    "cosine_with_min_lr": ("num_cycles", "last_epoch", "min_lr", "min_lr_rate"),
+    "cosine_warmup_with_min_lr": ("num_cycles", "last_epoch", "min_lr", "min_lr_rate", "warmup_lr_rate"),
+    "warmup_stable_decay": (
+        "num_decay_steps", "num_stable_steps", "warmup_type", "decay_type", "min_lr_ratio", "num_cycles", "last_epoch",
+    ),
+}
+# transformers' warm-up and decay shapes of ``warmup_stable_decay``.
+_WSD_SHAPES = ("linear", "cosine", "1-sqrt")
 
 
 @dataclass
@@ -105,16 +136,7 @@ class TrainingKnobFields:
         if self.bf16 and self.fp16:
             raise ValueError("`bf16` and `fp16` are both True: choose one autocast precision")
         check_int("save_steps", self.save_steps, minimum=1, optional=True)
-        try:  # the schedule's own checks (its keywords, what it needs), on a throwaway optimizer
-            import torch
-
-            probe = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
-            build_lr_scheduler(self, probe, horizon=10)
-        except (TypeError, ValueError) as error:
-            raise ValueError(
-                f"`lr_scheduler_type` {self.lr_scheduler_type!r} with `lr_scheduler_kwargs`="
-                f"{self.lr_scheduler_kwargs!r} cannot be built: {error}"
-            ) from None
+        check_schedule_keywords(self)  # the schedule's keywords and what it needs, without building it
 
     def _warn_ineffective_training_knobs(self) -> None:
         if self.lr_scheduler_type == "constant" and (self.warmup_steps or self.warmup_ratio):
@@ -137,10 +159,51 @@ def build_lr_scheduler(settings: Any, optimizer: Any, *, horizon: int) -> Any:
     schedule (``settings`` has the :class:`TrainingKnobFields`)."""
     from transformers import get_scheduler
 
-    return get_scheduler(
-        settings.lr_scheduler_type,
-        optimizer,
-        num_warmup_steps=warmup_steps_for(settings, horizon),
-        num_training_steps=horizon,
-        scheduler_specific_kwargs=dict(settings.lr_scheduler_kwargs or {}),
+    try:
+        return get_scheduler(
+            settings.lr_scheduler_type,
+            optimizer,
+            num_warmup_steps=warmup_steps_for(settings, horizon),
+            num_training_steps=horizon,
+            scheduler_specific_kwargs=dict(settings.lr_scheduler_kwargs or {}),
+        )
+    except (TypeError, ValueError) as error:  # what the keyword table cannot tell (a value transformers refuses)
+        raise _schedule_error(settings, error) from None
+
+
+def _schedule_error(settings: Any, reason: Any) -> ValueError:
+    return ValueError(
+        f"`lr_scheduler_type` {settings.lr_scheduler_type!r} with `lr_scheduler_kwargs`="
+        f"{settings.lr_scheduler_kwargs!r} cannot be built: {reason}"
     )
+
+
+def check_schedule_keywords(settings: Any) -> None:
+    """A ValueError naming ``lr_scheduler_type`` and ``lr_scheduler_kwargs`` when the keywords are not the
+    schedule's (:data:`SCHEDULE_KEYWORDS`) or miss what it needs (``min_lr`` or ``min_lr_rate`` of the
+    ``*_min_lr`` schedules, ``num_decay_steps`` of ``warmup_stable_decay``), in transformers' words; no torch."""
+    kind, given = settings.lr_scheduler_type, dict(settings.lr_scheduler_kwargs or {})
+    allowed = SCHEDULE_KEYWORDS.get(kind)
+    if allowed is None:
+        return
+    unknown = [key for key in given if key not in allowed]
+    if unknown:
+        raise _schedule_error(
+            settings, f"unexpected keyword {unknown[0]!r} (the {kind} schedule takes {', '.join(allowed)})"
+        )
+    if "min_lr" in allowed:
+        if given.get("min_lr") is not None and given.get("min_lr_rate") is not None:
+            raise _schedule_error(settings, "Only one of min_lr or min_lr_rate should be set")
+        if given.get("min_lr") is None and given.get("min_lr_rate") is None:
+            raise _schedule_error(
+                settings, "One of min_lr or min_lr_rate should be set through the `lr_scheduler_kwargs`"
+            )
+    if kind == "warmup_stable_decay":
+        if "num_decay_steps" not in given:
+            raise _schedule_error(settings, "missing the required keyword 'num_decay_steps'")
+        for key in ("warmup_type", "decay_type"):
+            if given.get(key, "linear") not in _WSD_SHAPES:
+                shape = key.split("_")[0]
+                raise _schedule_error(
+                    settings, f"Unknown {shape} type: {given[key]}, expected 'linear', 'cosine' or '1-sqrt'"
+                )

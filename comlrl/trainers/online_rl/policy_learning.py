@@ -69,7 +69,7 @@ from comlrl.rl import (
     value_loss,
 )
 from comlrl.trainers.core.models import pad_token_id, scoring_mode
-from comlrl.trainers.core.optimization import accumulated_steps, epoch_micro_batches
+from comlrl.trainers.core.optimization import accumulated_steps, build_optimizer, epoch_micro_batches
 from comlrl.trainers.core.oracle import NonFiniteRewardError
 from comlrl.trainers.core.reference import ReferencePolicy, shaped_rewards
 from comlrl.trainers.core.sampling import ItemSample
@@ -166,10 +166,8 @@ class PolicyLearner(TrainerPart):
         self.critic_optimizers: list[torch.optim.Optimizer] = []
         if args.uses_critic:
             self.critics = build_critics(trainer, critic_model, critics)
-            self.critic_optimizers = [
-                torch.optim.AdamW(c.critic_parameters(), lr=args.resolved_critic_learning_rate)
-                for c in self.critics
-            ]
+            lr = args.resolved_critic_learning_rate
+            self.critic_optimizers = [build_optimizer(c.critic_parameters(), learning_rate=lr) for c in self.critics]
             for c, optimizer in enumerate(self.critic_optimizers):  # stepped, clipped, scheduled with the agents
                 trainer.gradient_steps.add_optimizer(f"critic_{c}", optimizer)
             trainer.data_parallel.attach(trainer.gradient_steps, whitenings=trainer.num_agents if args.advantage_normalization else 0)
@@ -178,6 +176,8 @@ class PolicyLearner(TrainerPart):
                 f"`critic_model` / `critics` need an actor-critic backend (maac or iac); "
                 f"rl_algorithm is {self.algorithm!r}"
             )
+        if args.loss_type == "dapo":  # TRL's dapo: an agent's tokens of the whole optimizer step (micro-batches, ranks)
+            trainer.gradient_steps.add_divisors(*(f"tokens/{a}" for a in range(len(trainer.agent_names))))
 
     # ------------------------------------------------------------------------------------ the epoch
     def planned_steps(self, num_items: int) -> int:
@@ -300,7 +300,9 @@ class PolicyLearner(TrainerPart):
                     out = self.agent_loss(a, samples, agent_ret, groups, critic_values, baseline)
                 if not is_finite(out.total):  # one sync; every non-finite part reaches the total
                     return self._skip(where, f"{', '.join(_nonfinite_parts(out))} of agent {a}")
-                steps.backward(out.total, rows)
+                value = None if out.value_loss is None else args.value_loss_coef * out.value_loss.to(out.loss.device)
+                steps.backward_policy(out.total, rows, loss_type=args.loss_type, policy_loss=out.loss,
+                                      tokens=float(out.mask.sum()), value_loss=value, agent=a)  # fmt: skip
             if out.value_loss is not None:
                 value_losses.append(out.value_loss.detach())
             agent_losses.append(float(out.loss.detach()))
@@ -580,9 +582,7 @@ def _check_rewards(rewards: Any, samples: Sequence[ItemSample], k: int) -> None:
     """One score per joint response of every item (a non-finite one is data: training_step drops its item)."""
     if len(rewards) != len(samples) or any(len(row) != k for row in rewards):
         raise RuntimeError(
-            f"the reward function returned {[len(r) for r in rewards]} scores for {len(samples)} items of "
-            f"{k} "
-            "joint responses each"
+            f"the reward function returned {[len(r) for r in rewards]} scores for {len(samples)} items of {k} joint responses each"
         )
 
 

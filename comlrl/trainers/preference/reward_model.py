@@ -64,7 +64,7 @@ from comlrl.rl import nonfinite_names
 from comlrl.seeding import derive_seed
 from comlrl.trainers.core.models import hidden_size, last_token_index
 from comlrl.trainers.core.nonfinite import SETTING, NonFiniteError
-from comlrl.trainers.core.optimization import GradientSteps, accumulated_steps
+from comlrl.trainers.core.optimization import GradientSteps, accumulated_steps, build_optimizer
 from comlrl.trainers.preference.reward_oracle import RewardModelOracle, truncation_message
 from comlrl.validation import check_choice, check_int
 
@@ -719,7 +719,7 @@ def fit_reward_model(
         logger.warning(truncation_message(truncated, total_texts))
 
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    optimizer = build_optimizer(params, learning_rate=lr, weight_decay=weight_decay)
     generator = torch.Generator().manual_seed(derive_seed(seed, "reward_model", "shuffle"))
     num_pairs = len(winners)
     steps_per_epoch = math.ceil(num_pairs / batch_size)

@@ -1,36 +1,38 @@
-"""Data-parallel AT-GRPO, GRPO and SFT under ``accelerate launch`` / ``torchrun``: the collectives the
-trainers use (the generic ones are :mod:`comlrl.distributed`'s, shared with comlrl's trainers), the step
-view and the transcript selector.
+"""What a data-parallel AT-GRPO / GRPO step's metrics are computed over, and its transcripts: every rank's part
+of the step gathered into the view one process has of it (:func:`gather_step`, :class:`StepView`), and the
+transcript selector that stands in for the engine's writer on every rank (rank 0 writes every rank's records).
 
-Launch any script that builds an :class:`~pettingllms.trainer.at_grpo.ATGRPOTrainer` or calls
-:func:`~pettingllms.trainer.sft.sft_warm_start` with::
+The collectives are :mod:`comlrl.distributed`'s (shared with comlrl's trainers): launch any script that builds
+an :class:`~pettingllms.trainer.at_grpo.ATGRPOTrainer` or calls :func:`~pettingllms.trainer.sft.sft_warm_start`
+with::
 
     accelerate launch --multi_gpu --num_processes N --num_machines 1 --mixed_precision no \\
         --dynamo_backend no SCRIPT        # or: torchrun --standalone --nproc_per_node N SCRIPT
 
 (on a machine without GPUs this gives N CPU processes over gloo; accelerate's ``--cpu`` silently runs
-one process). The trainers call :func:`init_distributed`, which joins the process group the launcher's
-environment variables (``WORLD_SIZE``, ``RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) describe. With a world
-size above 1:
+one process). The trainers call :func:`comlrl.distributed.init_distributed`, which joins the process group the
+launcher's environment variables (``WORLD_SIZE``, ``RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) describe. With a
+world size above 1:
 
-- **sharded**: each rank takes a contiguous slice (:func:`shard`) of a step's problems (AT-GRPO: the ids
-  :func:`~pettingllms.trainer.problems.draw_problem_ids` draws, the same global ids and seeds as one
-  process) or of the demonstrations (SFT), and rolls out / scores only those. Groups are per problem,
+- **sharded**: each rank takes a contiguous slice (:func:`comlrl.distributed.shard`) of a step's problems
+  (AT-GRPO: the ids :func:`~pettingllms.trainer.problems.draw_problem_ids` draws, the same global ids and seeds
+  as one process) or of the demonstrations (SFT), and rolls out / scores only those. Groups are per problem,
   so advantages stay local;
 - **reduced**: per optimizer step, the completion-token count (``num_items_in_batch``, the ``dapo`` /
   SFT normaliser) and the micro-batch count (the ``1/k`` of the per-micro-batch means) are summed over
   ranks, and after the local backward passes the trainable gradients are summed
-  (:func:`all_reduce_gradients`) before clipping, so one optimizer step is the one-process step over the
-  same global rows (up to float summation order). The number of optimizer steps is agreed with a max, so
-  a rank whose shard holds fewer (or no) rows of a policy still joins every collective, contributing
-  zero gradients; a non-finite loss on any rank skips the step on every rank;
+  (:func:`comlrl.trainers.core.data_parallel.attach_engine`) before clipping, so one optimizer step is the
+  one-process step over the same global rows (up to float summation order). The number of optimizer steps is
+  agreed with a max, so a rank whose shard holds fewer (or no) rows of a policy still joins every collective,
+  contributing zero gradients; a non-finite loss on any rank skips the step on every rank;
 - **gathered**: the step's samples (slimmed of prompts and log-probs), episode outcomes, counts and the
-  update statistics (:func:`gather_objects`), so every rank computes, and rank 0 logs, the metrics one
-  process computes over the same rows (not an average of per-rank averages);
-- **written by rank 0 only**: ``metrics.jsonl`` (ranks > 0 log into a :class:`RankMetricsLogger` that
-  writes nothing), transcripts, checkpoints and ``save_model``; every rank enters those calls (they gather
-  first) and waits for rank 0 at a barrier. A checkpoint records its ``world_size``; resuming it on a
-  different world size is an error naming both.
+  update statistics (:func:`comlrl.distributed.gather_objects`), so every rank computes, and rank 0 logs, the
+  metrics one process computes over the same rows (not an average of per-rank averages);
+- **written by rank 0 only**: ``metrics.jsonl`` (ranks > 0 log into a :class:`comlrl.distributed.RankMetricsLogger`
+  that writes nothing), transcripts, checkpoints and ``save_model`` (the shared rank-0 path of
+  :class:`~comlrl.trainers.core.trainer_core.TrainerCore`); every rank enters those calls and waits for rank 0
+  at a barrier. A checkpoint records its ``world_size``; resuming it on a different world size is an error
+  naming both.
 
 Why summed gradients instead of DDP: the update walks its own micro-batches per policy (LoRA adapters
 activated one at a time, a rank may have no rows of a policy), which DDP's per-forward hooks and its
@@ -45,68 +47,13 @@ under torchrun) the updates train sharded copies instead and FSDP sums the gradi
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-from comlrl.distributed import (
-    RankMetricsLogger,
-    all_reduce_gradients,
-    all_reduce_max,
-    all_reduce_sum,
-    gather_objects,
-    init_distributed,
-    rank,
-    world_size,
-)
-from comlrl.distributed import barrier as _barrier
-from comlrl.distributed import check_world_size as _check_world_size
-from comlrl.distributed import shard as _shard
+from comlrl.distributed import gather_objects
 
-__all__ = [
-    "RankMetricsLogger",
-    "StepView",
-    "TranscriptSelector",
-    "all_reduce_gradients",
-    "all_reduce_max",
-    "all_reduce_sum",
-    "barrier",
-    "check_world_size",
-    "gather_objects",
-    "gather_step",
-    "init_distributed",
-    "is_main_process",
-    "rank",
-    "shard",
-    "world_size",
-]
-
-T = TypeVar("T")
-
-
-# The wrappers below read this module's ``rank`` / ``world_size`` (what tests fake with a monkeypatch).
-
-
-def is_main_process() -> bool:
-    """Whether this process writes files (rank 0, or the only process)."""
-    return rank() == 0
-
-
-def barrier() -> None:
-    """Wait for every rank (no-op with one process)."""
-    if world_size() > 1:
-        _barrier()
-
-
-def shard(items: Sequence[T], index: int | None = None, size: int | None = None) -> list[T]:
-    """Rank ``index``'s contiguous slice of ``items`` (:func:`comlrl.distributed.shard`; default: this rank's of
-    the current world)."""
-    return _shard(items, rank() if index is None else index, world_size() if size is None else size)
-
-
-def check_world_size(saved: Mapping[str, Any], path: Any) -> None:
-    """A checkpoint's recorded ``world_size`` (absent: 1) must be the current one."""
-    _check_world_size(saved, path, world_size())
+__all__ = ["StepView", "TranscriptSelector", "gather_step"]
 
 
 class TranscriptSelector:

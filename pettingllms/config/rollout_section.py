@@ -1,0 +1,102 @@
+"""The ``rollout`` section's checks: which backend generates (``rollout.backend``: ``hf``, ``vllm`` or ``api``)
+with its keys, and the transcripts' state limit.
+
+Declared with the config, below the engine that uses them (:mod:`pettingllms.execution.generation` makes the
+backends, :mod:`pettingllms.execution.transcripts` writes the transcripts, both import these back), so that
+:func:`~pettingllms.config.validate_config` checks a config without the engine, vLLM or torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from pettingllms.config.errors import ConfigError
+
+__all__ = [
+    "API_KEYS",
+    "GENERATION_BACKENDS",
+    "MIN_STATE_MAX_CHARS",
+    "TOKEN_STAGES",
+    "check_generation_config",
+    "check_pipeline_generation",
+    "check_state_max_chars",
+    "vllm_settings",
+]
+
+GENERATION_BACKENDS = ("hf", "vllm", "api")
+# rollout key -> APIBackend argument.
+API_KEYS = {
+    "api_format": "format",
+    "api_url": "url",
+    "api_model": "model",
+    "api_key_env": "api_key_env",
+    "api_timeout": "timeout",
+    "api_max_retries": "max_retries",
+}
+# Stages that train on the sampled token ids (an API returns text only).
+TOKEN_STAGES = ("at_grpo", "grpo", "madpo", "marlhf")
+# rollout.vllm_* keys whose default is null: their type is checked here (the loader takes any value).
+_NULLABLE_TYPES = {"vllm_max_model_length": int, "vllm_kv_cache_gib": (int, float), "vllm_server_base_url": str,
+                   "vllm_sync_dir": str}
+#: The smallest ``state_max_chars`` of a transcript (a smaller limit leaves nothing readable of a state).
+MIN_STATE_MAX_CHARS = 100
+
+
+def vllm_settings(rollout: Mapping[str, Any]):
+    """The :class:`~comlrl.rollout.VLLMSettings` of a ``rollout`` section (a ConfigError names a bad key)."""
+    from comlrl.rollout.vllm.settings import VLLMSettings
+
+    for key, kind in _NULLABLE_TYPES.items():
+        value = rollout.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, kind)):
+            raise ConfigError(f"`rollout.{key}` must be {getattr(kind, '__name__', 'a number')} or null, got {value!r}")
+    names = {f.name for f in dataclasses.fields(VLLMSettings)}
+    try:
+        return VLLMSettings(**{k: v for k, v in rollout.items() if k in names})
+    except ValueError as error:
+        raise ConfigError(str(error).replace("`vllm_", "`rollout.vllm_")) from error  # name the config key
+
+
+def check_generation_config(config: Mapping[str, Any]) -> None:
+    """``rollout.backend`` and its keys: a known backend, valid vLLM settings, an API with a URL and a
+    known format (:func:`check_pipeline_generation` refuses an API under a training stage)."""
+    rollout = config["rollout"]
+    backend = rollout.get("backend", "hf")
+    if backend not in GENERATION_BACKENDS:
+        raise ConfigError(f"`rollout.backend` must be one of {list(GENERATION_BACKENDS)}, got {backend!r}")
+    vllm_settings(rollout)  # checked whatever the backend, so a typo never waits for the switch
+    if backend != "api":
+        return
+    from comlrl.rollout.api import normalize_format
+
+    try:
+        normalize_format(rollout["api_format"])
+    except ValueError as error:
+        raise ConfigError(f"`rollout.api_format`: {error}") from error
+    if not isinstance(rollout.get("api_url"), str) or not rollout["api_url"]:
+        raise ConfigError("`rollout.backend` is 'api' but `rollout.api_url` is not set (the endpoint URL)")
+
+
+def check_pipeline_generation(config: Mapping[str, Any]) -> None:
+    """A pipeline on ``rollout.backend: api`` holds no stage that trains on token ids (an API returns text)."""
+    if config["rollout"].get("backend", "hf") != "api":
+        return
+    training = [stage for stage in config["pipeline"] if stage in TOKEN_STAGES]
+    if training:
+        raise ConfigError(
+            f"`rollout.backend` is 'api', which returns text without token ids or log-probs, so stages {training} "
+            "cannot train on it; evaluate a hosted model with `pettingllms eval CONFIG --policy api rollout.api_url=...`"
+        )
+
+
+def check_state_max_chars(value: Any, name: str = "transcript_state_max_chars") -> int | None:
+    """``value`` if it is None (no limit) or an integer >= 100, else a ValueError naming ``name``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < MIN_STATE_MAX_CHARS:
+        raise ValueError(
+            f"`{name}` must be null (no limit) or an integer >= {MIN_STATE_MAX_CHARS}, got {value!r}"
+        )
+    return value
