@@ -101,13 +101,13 @@ def _resources(text: str) -> dict[str, float]:
 def plan(args: argparse.Namespace) -> int:
     """``pettingllms plan``: the placement and the memory per device; exit 2 and one line when it does not fit."""
     from pettingllms.config import load_config, validate_config
-    from pettingllms.contract import check_command
+    from pettingllms.config.contract import check_command
     from pettingllms.workers.memory import plan_run
     from pettingllms.workers.placement import PlacementError
 
     config = load_config(args.config, list(args.overrides), getattr(args, "imports", ()))
     validate_config(config)
-    check_command(config, "plan")  # a declared random policy can play (pettingllms.contract)
+    check_command(config, "plan")  # a declared random policy can play (pettingllms.config.contract)
     kind = "gpu" if str(config["model"]["device"]).startswith("cuda") else "cpu"
     capacity = None if args.device_memory is None else {kind: int(args.device_memory * 2**30)}
     try:

@@ -16,7 +16,7 @@ Each environment names the scripted policies it can be played by in its ``script
 ``env.state``) with the text a model would write. ``oracle`` plays the ``sft`` warm start and ``eval --policy
 oracle``, ``random`` ``eval --policy random`` and ``pettingllms plan``; the generic :class:`OraclePolicy` and
 :class:`RandomPolicy` need the environment's ``oracle_answer`` / ``random_answer`` and every agent's
-``format_response`` (:mod:`pettingllms.contract` checks all of it before a run).
+``format_response`` (:mod:`pettingllms.config.contract` checks all of it before a run).
 
 :func:`play_episode` is the plain sequential loop (one instance, one agent at a time); the batched,
 tree-sampling engine lives in :mod:`pettingllms.execution`.

@@ -27,7 +27,7 @@ its own.
 ConfigError of one line naming the class, the method and the stage or command that needs it.
 
 The contract is part of the config check, so it lives with the config (below the engine, the trainers and the
-stages); :mod:`pettingllms.contract` is its import path for users.
+stages).
 """
 
 from __future__ import annotations

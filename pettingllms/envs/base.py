@@ -72,7 +72,7 @@ class EnvConfig:
     purpose: str = "eval"
 
     # Fields an evaluation benchmark may set apart from the trained run (`eval.benchmarks`,
-    # pettingllms.stages.benchmarks): what selects and judges the evaluation data, never the team.
+    # pettingllms.config.benchmarks): what selects and judges the evaluation data, never the team.
     eval_fields: ClassVar[tuple[str, ...]] = ("step_timeout",)
     # Fields that describe one dataset's files: back to their defaults when a benchmark names another dataset.
     dataset_fields: ClassVar[tuple[str, ...]] = ()

@@ -8,7 +8,7 @@ line of a normalised JSONL file, and which split the seeds index.
 - :func:`played_split`: ``train_split`` when a training stage built the environment (``purpose``), else
   ``split``.
 - :func:`problem_key`: what makes two records the same problem whatever split they were filed under, for the
-  check that training never plays an evaluation problem (:mod:`pettingllms.stages.instances`).
+  check that training never plays an evaluation problem (:mod:`pettingllms.config.instances`).
 """
 
 from __future__ import annotations

@@ -226,11 +226,11 @@ def _checkpoint_target(config: str | None, checkpoint: Path, overrides: Sequence
 
 def _check_against_run(resolved: Mapping[str, Any], overrides: Sequence[str], name: str, run_dir: Path) -> None:
     """CONFIG against the run that saved the checkpoint: the environment, the level and the trained team's
-    env settings (:func:`~pettingllms.stages.benchmarks.team_differences`: all but the environment's
+    env settings (:func:`~pettingllms.config.benchmarks.team_differences`: all but the environment's
     evaluation fields: dataset, split, data folder, comparison, time limits), except those an override sets
     (a deliberate change, e.g. a larger grid)."""
+    from pettingllms.config.benchmarks import may_differ_text, team_differences
     from pettingllms.config.loader import RESOLVED_CONFIG_FILE, parse_override
-    from pettingllms.stages.benchmarks import may_differ_text, team_differences
 
     run_config = _load(run_dir / RESOLVED_CONFIG_FILE, ())
     where = f"the run {run_dir} that saved the checkpoint ({run_dir / RESOLVED_CONFIG_FILE})"
@@ -290,10 +290,10 @@ def _scripted_target(config: str | None, spec: str, overrides: Sequence[str], im
             f"`--policy {spec}` needs a CONFIG (the environment and instances to play), e.g. "
             f"pettingllms eval plan_path/L1 --policy {spec}"
         )
-    from pettingllms.contract import check_command
+    from pettingllms.config.contract import check_command
 
     resolved = _load(config, overrides, imports)
-    check_command(resolved, "eval", name, spec)  # the policy is declared and can play (pettingllms.contract)
+    check_command(resolved, "eval", name, spec)  # the policy is declared and can play (pettingllms.config.contract)
     return _Target(resolved, str(config), f"{SCRIPTED_PREFIX}{name}", scripted=name)
 
 

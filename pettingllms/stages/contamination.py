@@ -1,6 +1,6 @@
 """The contamination check of a run: no evaluation problem may be a training problem under another name.
 
-The disjointness check (:mod:`pettingllms.stages.instances`) compares instance ids and, within one dataset,
+The disjointness check (:mod:`pettingllms.config.instances`) compares instance ids and, within one dataset,
 native ids and statements. Across datasets the ids never match (``apps/train/3`` and
 ``humaneval/HumanEval/0``), yet the same task is often published twice, reworded: APPS, CodeContests and
 LiveCodeBench share Codeforces and AtCoder problems, the maths sets share competition problems. So before

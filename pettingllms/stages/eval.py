@@ -15,7 +15,7 @@ settings it ran with: ``seeds`` ([start, stop)), ``num_samples``, ``temperature`
 where the caller knows them the ``policy`` evaluated and the ``config``. :func:`eval_summary` states all
 of it in one line.
 
-Several benchmarks (``eval.benchmarks``, :mod:`pettingllms.stages.benchmarks`): :func:`eval_plan` gives each
+Several benchmarks (``eval.benchmarks``, :mod:`pettingllms.config.benchmarks`): :func:`eval_plan` gives each
 benchmark's config and settings (``eval_before`` capped at ``eval.before_training_instances``), and
 :func:`evaluate_benchmarks` evaluates them in turn into one report with a block per benchmark; without
 ``eval.benchmarks`` it is :func:`evaluate_policy`'s report of the run's own ``env.split``, unchanged.
@@ -74,7 +74,7 @@ class EvalSettings:
     ``pettingllms show``). The run-wide keys: ``before_training_instances`` (the most instances
     ``eval_before`` and the evaluations inside training play, per benchmark; None: as many as ``eval``),
     ``allow_contamination`` (train although training and evaluation statements overlap,
-    :mod:`pettingllms.stages.contamination`) and ``benchmarks`` (:mod:`pettingllms.stages.benchmarks`)."""
+    :mod:`pettingllms.stages.contamination`) and ``benchmarks`` (:mod:`pettingllms.config.benchmarks`)."""
 
     num_instances: int = 50
     seed_start: int = 1_000_000

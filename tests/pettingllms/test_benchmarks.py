@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from pettingllms.config import ConfigError, load_config, validate_config
+from pettingllms.config.benchmarks import benchmark_configs, team_differences
 from pettingllms.envs.math.data import read_jsonl, write_jsonl
-from pettingllms.stages.benchmarks import benchmark_configs, team_differences
 from pettingllms.stages.contamination import check_contamination, contamination_report
 from pettingllms.stages.eval import (
     EVAL_BEFORE_FOLDER,

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from pettingllms.config import ConfigError, load_config, validate_config
+from pettingllms.config.instances import check_held_out_instances, played_seeds
 from pettingllms.envs.code import read_jsonl
 from pettingllms.registry import make_env
 from pettingllms.stages.context import workflow_env
-from pettingllms.stages.instances import check_held_out_instances, played_seeds
 
 
 @pytest.fixture

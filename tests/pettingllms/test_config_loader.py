@@ -250,7 +250,7 @@ def test_shipped_configs_are_the_levels_and_the_named_ones():
 @pytest.mark.parametrize("path", shipped_configs(), ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_shipped_config_loads_and_resolves(path, tmp_path, code_data_root, search_data_root, monkeypatch):
     from comlrl.trainers.preference.config import MADPOIterConfig, MARLHFIterConfig
-    from pettingllms.contract import check_command
+    from pettingllms.config.contract import check_command
     from pettingllms.registry import get_env_class
     from pettingllms.trainer.sft import SFTWarmStartConfig
 
@@ -260,7 +260,7 @@ def test_shipped_config_loads_and_resolves(path, tmp_path, code_data_root, searc
     monkeypatch.setenv("PETTINGLLMS_DATA", code_data_root)
     # (the APPS fixture's seventh problem has no reference solution for the sft oracle to play)
     config = load_config(path, ["sft.num_problems=6"] if path.parent.name == "code" else [])
-    validate_config(config)  # the contract of the pipeline's stages too (pettingllms.contract)
+    validate_config(config)  # the contract of the pipeline's stages too (pettingllms.config.contract)
     check_command(config, "eval", "oracle")  # every environment ships an oracle that can play its workflow
     check_command(config, "plan")
     env_name = path.parent.name

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = """
 import json, sys
 from pettingllms.config import load_config, validate_config, shipped_configs
-from pettingllms.contract import check_command
+from pettingllms.config.contract import check_command
 
 checked = []
 for path in shipped_configs():

@@ -2,7 +2,7 @@
 docs/pettingllms.md ("Your own environment") runs through the command line from its own folder with one
 ``imports:`` line (``eval --policy oracle``, ``plan``, a 2-step ``train``, ``show``, ``eval --checkpoint``), and
 ``--import`` or an installed ``pettingllms.envs`` entry point do the same; a module that fails to import and
-every missing piece of the contract (:mod:`pettingllms.contract`) are one line with exit status 2 before
+every missing piece of the contract (:mod:`pettingllms.config.contract`) are one line with exit status 2 before
 anything is written. The Ray backend with the same example: ``tests/pettingllms/test_ray_workers.py``."""
 
 from __future__ import annotations
