@@ -107,9 +107,9 @@ SETTINGS: tuple[str, ...] = (
     # reached these too, so a retrained warm start no longer reproduced the table's).
     "sft.num_problems=200",
     "sft.seed_start=0",
-    "sft.epochs=3",
+    "sft.num_train_epochs=3",
     "sft.learning_rate=2e-3",
-    "sft.batch_size=8",
+    "sft.per_device_train_batch_size=8",
     "sft.max_length=1024",
     "sft.workflows=[[single], [tool, plan]]",
     # Half the demonstration episodes start after 1..max_turns-1 random turns, so the warm start also sees
@@ -192,9 +192,9 @@ MADPO_FROM_TREES: tuple[str, ...] = (
     "madpo_from_trees.preference_pairs_per_sample=2",
     "madpo_from_trees.preference_replay_mode=all_history",
     "madpo_from_trees.num_train_epochs=1",
-    "madpo_from_trees.train_batch_size=8",
-    "madpo_from_trees.agent_learning_rate=1e-4",
-    "madpo_from_trees.dpo_beta=0.1",
+    "madpo_from_trees.per_device_train_batch_size=8",
+    "madpo_from_trees.learning_rate=1e-4",
+    "madpo_from_trees.beta=0.1",
 )
 PREFERENCE_CHUNKS = 6  # chunks of the preference rows: 4,500 completions -> 6 x 750 (Plan-Path), 2,400 -> 6 x 400 (math)
 
@@ -284,9 +284,9 @@ MATH_ARITH_SETTINGS: tuple[str, ...] = (
     "rollout.transcripts_rate=0.0",
     "sft.num_problems=150",
     "sft.seed_start=0",
-    "sft.epochs=3",
+    "sft.num_train_epochs=3",
     "sft.learning_rate=2e-3",
-    "sft.batch_size=8",
+    "sft.per_device_train_batch_size=8",
     "sft.max_length=1024",
     "sft.workflows=[[single], [tool_generator, reasoning_generator]]",
     "env.single_tool=calculator",  # the single agent's demonstrations compute with the calculator
@@ -383,6 +383,15 @@ def warm_config_key(config: Mapping[str, Any], prompts: int | None = None) -> st
     return config_key(config, drop=("pipeline", *STAGE_SECTIONS), prompts=prompts)
 
 
+def recorded_config(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A record's config with the keys of earlier versions renamed (``sft.epochs`` -> ``sft.num_train_epochs``,
+    ...: :func:`pettingllms.config.key_names.migrate_saved_config`), so a cell measured before a rename keeps
+    its key."""
+    from pettingllms.config.key_names import migrate_saved_config
+
+    return migrate_saved_config(record["config"], "a benchmark record")
+
+
 def with_added_keys(recorded: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, Any]:
     """``recorded`` (a record's config) with the keys it lacks and ``current`` has set to ``current``'s values,
     at any depth: the config the record's run would resolve to now, if every key added to the configs since
@@ -457,7 +466,7 @@ def warm_rekey(current: Mapping[str, Any]):
     def rekey(record: Mapping[str, Any]) -> str | None:
         if "config" not in record:
             return None
-        return warm_config_key(with_added_keys(record["config"], current), record.get("prompt_version", 1))
+        return warm_config_key(with_added_keys(recorded_config(record), current), record.get("prompt_version", 1))
     return rekey
 
 
@@ -472,7 +481,7 @@ def cell_rekey(current: Mapping[str, Any], method_name: str, warm_key: str, warm
         starts = {k: v for k, v in record.get("warm_start", {}).items() if k != "model_dir"}
         if not starts or any(warm_record.get(k) != v for k, v in starts.items()):
             return None
-        return cell_key(with_added_keys(record["config"], current), method_name, warm_key,
+        return cell_key(with_added_keys(recorded_config(record), current), method_name, warm_key,
                         record.get("prompt_version", 1))
     return rekey
 
@@ -1041,7 +1050,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="RL override: a key of the method's stage section (at_grpo / grpo), e.g. "
                              "learning_rate=2e-4, or a dotted config key, e.g. rollout.num_generations=8")
     parser.add_argument("--task", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="config override of every run (warm start and cells), e.g. env.rows=5, sft.epochs=2")
+                        help="config override of every run (warm start and cells), e.g. env.rows=5, sft.num_train_epochs=2")
     parser.add_argument("--results", type=Path, default=None,
                         help="folder of the per-cell JSON files (default: the task's, under benchmarks/results/)")
     parser.add_argument("--summary", type=Path, default=None, help="summary JSON (default benchmarks/results/learning.json)")

@@ -15,10 +15,10 @@ run_overrides "runs/plan_path_L2_madpo_seed${SEED}" "${SHORT_SIZES[@]}" at_grpo.
 "${PETTINGLLMS[@]}" train plan_path/L2 \
   model.name="$MODEL" \
   "pipeline=[sft, madpo, at_grpo, eval]" \
-  madpo.num_iterations="$(pick 3 1)" \
+  madpo.num_rounds="$(pick 3 1)" \
   madpo.num_problems="$(pick 32 4)" \
   madpo.preference_num_candidates="$(pick 4 2)" \
-  madpo.dpo_beta=0.1 \
+  madpo.beta=0.1 \
   at_grpo.max_steps="$(pick 20 2)" \
   eval.num_samples=4 eval.temperature=1.0 \
   run.seed="$SEED" \

@@ -75,6 +75,7 @@ from typing import Any, TextIO
 from comlrl import distributed as dist
 from comlrl.atomic_io import atomic_write_json, remove_stale_temporaries
 from comlrl.seeding import derive_seed, seed_everything
+from pettingllms.config.key_names import migrate_saved_config
 from pettingllms.config.loader import (
     RESOLVED_CONFIG_FILE,
     ConfigError,
@@ -82,7 +83,6 @@ from pettingllms.config.loader import (
     save_resolved_config,
     validate_config,
 )
-from pettingllms.stages.at_grpo import ROLLOUT_FIELDS as ROLLOUT_FIELDS  # re-exported: it lived here
 from pettingllms.stages.at_grpo import at_grpo_config, at_grpo_settings, run_at_grpo
 from pettingllms.stages.contamination import CONTAMINATION_FILE, check_contamination
 from pettingllms.stages.context import (
@@ -390,7 +390,7 @@ class Pipeline:
                 )
             remove_stale_temporaries(self.run_dir)
             config_path = self.run_dir / RESOLVED_CONFIG_FILE
-            saved = load_yaml_file(config_path)
+            saved = migrate_saved_config(load_yaml_file(config_path), config_path)  # keys of earlier versions
             saved.setdefault("imports", [])  # a run saved before configs had `imports` imported none
             changed = config_differences(saved, self.config, ignore=RUN_SWITCHES)
             if changed:
@@ -646,7 +646,7 @@ def _describe(stage: str, metrics: Mapping[str, float], config: Mapping[str, Any
         return line
     if stage == "sft":
         if "sft/loss_first" in metrics:
-            epochs, steps = int(config["sft"]["epochs"]), int(metrics["sft/steps"])
+            epochs, steps = int(config["sft"]["num_train_epochs"]), int(metrics["sft/steps"])
             if epochs == 1:
                 return f"mean loss {metrics['sft/loss_first']:.3f} over 1 epoch ({steps} steps)"
             return (

@@ -152,10 +152,10 @@ def capture_quickstart() -> dict:
 def capture_sft() -> dict:
     tiny = ["model.name=test-tiny", "run.progress=false"]
     return {
-        "sft": pettingllms_run("plan_path/L1", [*tiny, "pipeline=[sft]", "sft.num_problems=8", "sft.epochs=2"]),
+        "sft": pettingllms_run("plan_path/L1", [*tiny, "pipeline=[sft]", "sft.num_problems=8", "sft.num_train_epochs=2"]),
         # A stronger warm start first: from the untrained model every reward is a parse error (no gradient).
         "at_grpo_dapo_accum": pettingllms_run("plan_path/L1", [
-            *tiny, "pipeline=[sft, at_grpo]", "sft.num_problems=32", "sft.epochs=3", "sft.learning_rate=1e-2",
+            *tiny, "pipeline=[sft, at_grpo]", "sft.num_problems=32", "sft.num_train_epochs=3", "sft.learning_rate=1e-2",
             "at_grpo.max_steps=3", "at_grpo.problems_per_step=2",
             "at_grpo.per_device_train_batch_size=4", "at_grpo.gradient_accumulation_steps=2",
             "at_grpo.loss_type=dapo", "at_grpo.save_steps=0",

@@ -2,7 +2,7 @@
 files it passes through.
 
     .venv/bin/python scripts/trace_knob.py at_grpo.learning_rate
-    .venv/bin/python scripts/trace_knob.py madpo.dpo_beta --json /tmp/dpo_beta.json
+    .venv/bin/python scripts/trace_knob.py madpo.beta --json /tmp/dpo_beta.json
 
 Method:
 
@@ -22,7 +22,7 @@ Method:
    it by name), so the methods that are merely handed the config object drop out. ``--depth`` changes how
    far into an argument the hook looks (objects are followed, callables are not);
 3. the run stops at the knob's target: the call that consumes the value (``at_grpo.learning_rate``:
-   ``torch.optim.AdamW.__init__`` receiving ``lr`` equal to the sentinel; ``madpo.dpo_beta``: a MADPO loss
+   ``torch.optim.AdamW.__init__`` receiving ``lr`` equal to the sentinel; ``madpo.beta``: a MADPO loss
    of :mod:`comlrl.trainers.preference.losses` receiving ``beta`` equal to it). A knob without a target runs
    to the end of the pipeline. The project frames on the call stack under the target are reported too (the
    control path to the use, next to the data path above).
@@ -112,15 +112,15 @@ DPO_LOSSES = Target(
     ("comlrl.trainers.preference.losses:madpo_agent_losses", "comlrl.trainers.preference.losses:madpo_loss"),
     "beta",
 )
-WARM_START = ("sft.num_problems=12", "sft.epochs=6", "sft.learning_rate=1e-2")  # gives candidates that differ
+WARM_START = ("sft.num_problems=12", "sft.num_train_epochs=6", "sft.learning_rate=1e-2")  # gives candidates that differ
 AT_GRPO_TINY = ("at_grpo.max_steps=1", "at_grpo.problems_per_step=1", "at_grpo.per_device_train_batch_size=2")
 
 
 def preference_tiny(section: str) -> tuple[str, ...]:
     """One round of a preference stage over a few problems, after the warm start."""
     return (
-        f"pipeline=[sft, {section}]", *WARM_START, f"{section}.num_iterations=1", f"{section}.num_problems=4",
-        f"{section}.preference_num_candidates=2", f"{section}.train_batch_size=2",
+        f"pipeline=[sft, {section}]", *WARM_START, f"{section}.num_rounds=1", f"{section}.num_problems=4",
+        f"{section}.preference_num_candidates=2", f"{section}.per_device_train_batch_size=2",
     )
 
 
@@ -131,7 +131,7 @@ PLANS: dict[str, KnobPlan] = {
         3.14159e-4,
         Target(("torch.optim:AdamW.__init__",), "lr"),
     ),
-    "madpo.dpo_beta": KnobPlan("plan_path/L1", preference_tiny("madpo"), 0.314159, DPO_LOSSES),
+    "madpo.beta": KnobPlan("plan_path/L1", preference_tiny("madpo"), 0.314159, DPO_LOSSES),
 }
 
 
@@ -152,7 +152,7 @@ def default_plan(knob: str, value: Any = None) -> KnobPlan:
     elif section == "madpo_from_trees":
         overrides = ("pipeline=[sft, at_grpo, madpo_from_trees]", *WARM_START, *AT_GRPO_TINY)
     elif section == "sft":
-        overrides = ("pipeline=[sft]", "sft.num_problems=4", "sft.epochs=1")
+        overrides = ("pipeline=[sft]", "sft.num_problems=4", "sft.num_train_epochs=1")
     else:
         overrides = ("pipeline=[at_grpo]", *AT_GRPO_TINY)
     return KnobPlan("plan_path/L1", overrides, value)
@@ -523,7 +523,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("knob", help="section.key, e.g. at_grpo.learning_rate or madpo.dpo_beta")
+    parser.add_argument("knob", help="section.key, e.g. at_grpo.learning_rate or madpo.beta")
     parser.add_argument("--config", help="the pipeline config (default: one with the knob's stage)")
     parser.add_argument("--model", default="test-tiny", help="model.name of the run (default test-tiny)")
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",

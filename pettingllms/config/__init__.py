@@ -1,7 +1,7 @@
 """Run configs: one YAML per task and policy level, ``base:`` inheritance, ``section.key=value`` overrides.
 
 >>> from pettingllms.config import load_config
->>> config = load_config("plan_path/L1", ["env.rows=5", "sft.epochs=2"])
+>>> config = load_config("plan_path/L1", ["env.rows=5", "sft.num_train_epochs=2"])
 >>> config["env"]["rows"], config["policy"]["agents"]
 (5, {'tool': 'shared', 'plan': 'shared'})
 """

@@ -16,6 +16,9 @@ Every step after the first checks keys and types against what is already there:
 * a key that is not in the schema is an error naming its dotted path, the closest known key ("did you
   mean") and the known keys around it, except inside an *open mapping*: a mapping that is empty
   (``{}``) in ``defaults.yaml`` (``policy.agents``, ``env.agent_options``) takes any keys;
+* a key of an earlier version (``sft.epochs``, ``madpo.agent_learning_rate``: the table of
+  :mod:`pettingllms.config.key_names`) is an error naming the key now; a run folder's saved ``config.yaml``
+  is read with such keys renamed instead, with one notice;
 * a value must have the type of the value it replaces: ``int`` is accepted (and stored as float) where
   a float was, ``None`` accepts anything, mappings merge key by key, lists and open mappings are
   replaced whole (``policy.agents={single: single}`` leaves no other role behind).
@@ -46,6 +49,7 @@ from comlrl.validation import MissingFieldsError, UnknownFieldsError, closest_na
 from pettingllms.config.env_section import ENV_KEYS, STAGE_SET_ENV_FIELDS, env_arguments
 from pettingllms.config.errors import ConfigError
 from pettingllms.config.imports import IMPORTS_KEY, check_module_names, import_modules, merged_imports
+from pettingllms.config.key_names import earlier_key_message, is_saved_run_config, migrate_saved_config
 from pettingllms.config.stage_sections import (
     CONFIG_STAGES,
     PIPELINE_OWNED_FIELDS,
@@ -204,6 +208,9 @@ def _unknown_key(path: Sequence[str], key: str, known: Iterable[str], where: str
             f"`{path[0]}.{key}` would be written into the run's config.yaml{source}; name the environment "
             f"variable that holds it with `{path[0]}.{key}_env` instead"
         )
+    earlier = earlier_key_message(path[0], key) if len(path) == 1 else None
+    if earlier is not None:  # a key of an earlier version: name the one that replaced it
+        return ConfigError(f"{earlier}{source}")
     section = f"`{_dotted(path)}`" if path else "the top level"
     known = sorted(known)
     guess = did_you_mean(key, known, prefix=f"{_dotted(path)}." if path else "")
@@ -359,6 +366,8 @@ def read_chain(path: str | Path) -> list[tuple[Path, dict[str, Any]]]:
             raise ConfigError(f"config file {current} does not exist{named_by}")
         seen.append(current)
         data = load_yaml_file(current)
+        if is_saved_run_config(current):  # a run folder's config, maybe saved by an earlier version
+            data = migrate_saved_config(data, current)
         base = data.pop(BASE_KEY, None)
         chain.append((current, data))
         if base is None:
@@ -495,7 +504,7 @@ def section_to_dataclass(cls: type, mapping: Mapping[str, Any] | None, section_n
 
 def validate_config(config: Mapping[str, Any]) -> None:
     """Checks that span keys: the environment and its agents build and provide what the pipeline's stages
-    need from them (:mod:`pettingllms.contract`), ``policy.agents`` matches the
+    need from them (:mod:`pettingllms.config.contract`), ``policy.agents`` matches the
     turn order and the level, ``run.backend`` / ``placement`` fit the run's policies, stages are known, every stage's seeds fit the split it plays, and no
     training stage plays a held-out eval instance
     (:func:`~pettingllms.config.instances.check_held_out_instances`)."""
@@ -532,7 +541,7 @@ def validate_config(config: Mapping[str, Any]) -> None:
         agents = make_agents(name, roles, options)
     except (ValueError, TypeError, LookupError) as exc:
         raise ConfigError(f"`env.tools` / `env.agent_options` / `env.turn_order`: {exc}") from exc
-    check_contract(config, env, agents, config["pipeline"])  # what each stage needs (pettingllms.contract)
+    check_contract(config, env, agents, config["pipeline"])  # what each stage needs (pettingllms.config.contract)
 
     policy = config["policy"]
     level, agents = policy["level"], policy["agents"]

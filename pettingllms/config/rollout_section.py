@@ -1,5 +1,6 @@
-"""The ``rollout`` section's checks: which backend generates (``rollout.backend``: ``hf``, ``vllm`` or ``api``)
-with its keys, and the transcripts' state limit.
+"""The ``rollout`` section: its generation settings (:class:`RolloutConfig`, the dataclass of the section's
+sampling keys, which the ``at_grpo`` / ``grpo`` trainer takes as its own argument), which backend generates
+(``rollout.backend``: ``hf``, ``vllm`` or ``api``) with its keys, and the transcripts' state limit.
 
 Declared with the config, below the engine that uses them (:mod:`pettingllms.execution.generation` makes the
 backends, :mod:`pettingllms.execution.transcripts` writes the transcripts, both import these back), so that
@@ -10,12 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from comlrl.validation import StrictFromDict, check_float, check_int, help_field
 from pettingllms.config.errors import ConfigError
 
 __all__ = [
     "API_KEYS",
+    "RolloutConfig",
     "GENERATION_BACKENDS",
     "MIN_STATE_MAX_CHARS",
     "TOKEN_STAGES",
@@ -42,6 +46,42 @@ _NULLABLE_TYPES = {"vllm_max_model_length": int, "vllm_kv_cache_gib": (int, floa
                    "vllm_sync_dir": str}
 #: The smallest ``state_max_chars`` of a transcript (a smaller limit leaves nothing readable of a state).
 MIN_STATE_MAX_CHARS = 100
+
+
+@dataclass
+class RolloutConfig(StrictFromDict):
+    """The generation settings of the ``rollout`` section (its keys and defaults, checked here once): what the
+    AT-GRPO / GRPO trainer samples with (:class:`~pettingllms.trainer.ATGRPOTrainer`'s ``rollout``).
+
+    The section's other keys belong to the generation backend (``backend``, the ``vllm_*`` fields of
+    :class:`~comlrl.rollout.VLLMSettings`, the ``api_*`` keys of :data:`API_KEYS`; :func:`check_generation_config`).
+    """
+
+    temperature: float = help_field("sampling temperature; training scores at the same one (> 0)", 1.0)
+    top_p: float = help_field("nucleus sampling mass", 1.0)
+    max_completion_length: int = help_field("new tokens per agent response", 32)
+    num_generations: int = help_field("K: tree width (candidates per decision) or trajectories per problem", 4)
+    greedy_branch: bool = help_field("continue each tree from its best candidate (False: a random one)", True)
+    transcripts_rate: float = help_field("fraction of episodes written to <stage>/rollouts.jsonl", 0.05)
+    transcript_state_max_chars: int | None = help_field(
+        "characters kept of each transcribed state snapshot (>= 100; None: the whole state)", None
+    )
+
+    def __post_init__(self) -> None:
+        check_float("temperature", self.temperature, gt=0.0, spell_out=True)
+        check_float("top_p", self.top_p, gt=0.0, le=1.0, spell_out=True)
+        check_int("max_completion_length", self.max_completion_length, 1, spell_out=True)
+        check_int("num_generations", self.num_generations, 1, spell_out=True)
+        if not isinstance(self.greedy_branch, bool):
+            raise ValueError(f"`greedy_branch` must be true or false, got {self.greedy_branch!r}")
+        check_float("transcripts_rate", self.transcripts_rate, ge=0.0, le=1.0, spell_out=True)
+        check_state_max_chars(self.transcript_state_max_chars)
+
+    @classmethod
+    def from_section(cls, rollout: Mapping[str, Any]) -> RolloutConfig:
+        """The generation settings of a ``rollout`` section (its backend keys left to the backend)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in rollout.items() if k in names})
 
 
 def vllm_settings(rollout: Mapping[str, Any]):

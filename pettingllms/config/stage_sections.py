@@ -1,7 +1,9 @@
 """The stage sections whose schema is a comlrl config class (``madpo``, ``marlhf``, ``madpo_from_trees``): every
 field of the class is a key of the section at its default, generated here, except the fields the pipeline
-sets itself (refused by the loader, naming the key that sets them) and literal secrets (refused: the
-resolved config is saved into the run folder)."""
+sets itself (refused by the loader, naming the key that sets them), literal secrets (refused: the
+resolved config is saved into the run folder) and the fields the stage's trainer never reads. A key is the
+field's TRL name where the public CoMLRL name differs (``learning_rate`` for ``agent_learning_rate``, ...:
+the one table, :data:`pettingllms.config.key_names.PUBLIC_NAMES`)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import dataclasses
 import functools
 import importlib
 from typing import Any
+
+from pettingllms.config.key_names import section_key
 
 __all__ = [
     "CONFIG_STAGES",
@@ -36,7 +40,8 @@ PIPELINE_OWNED_FIELDS: dict[str, str] = {
     "num_agents": "env.turn_order (one agent per role)",
     "disable_tqdm": "run.progress",
 }
-# Fields whose default here is the pipeline's (null: take it from the rollout section, a number: the stage's).
+# Fields whose default here is the pipeline's (null: take it from the rollout section, a number: the stage's);
+# public field names, like the two tables above.
 PIPELINE_FIELD_DEFAULTS: dict[str, Any] = {
     "max_new_tokens": None,  # null: rollout.max_completion_length
     "temperature": None,  # null: rollout.temperature
@@ -60,22 +65,24 @@ def secret_fields(stage: str) -> tuple[str, ...]:
 
 @functools.cache
 def config_stage_defaults(stage: str) -> dict[str, Any]:
-    """Every field of stage ``stage``'s comlrl config class (:data:`CONFIG_STAGES`) at its default, the
-    pipeline's own defaults for :data:`PIPELINE_FIELD_DEFAULTS` and without :data:`PIPELINE_OWNED_FIELDS`
-    (a copy is returned; the class is read once)."""
+    """Every field of stage ``stage``'s comlrl config class (:data:`CONFIG_STAGES`) at its default, under its
+    section key (:func:`~pettingllms.config.key_names.section_key`), the pipeline's own defaults for
+    :data:`PIPELINE_FIELD_DEFAULTS` and without :data:`PIPELINE_OWNED_FIELDS` or the fields the stage's
+    trainer never reads (a copy is returned; the class is read once)."""
     config_class = config_class_of(stage)
     out: dict[str, Any] = {}
     for field in dataclasses.fields(config_class):
-        if not field.init or field.name in PIPELINE_OWNED_FIELDS or field.name in secret_fields(stage):
+        key = section_key(stage, field.name)
+        if not field.init or key is None or field.name in PIPELINE_OWNED_FIELDS or field.name in secret_fields(stage):
             continue
         if field.name in PIPELINE_FIELD_DEFAULTS:
-            out[field.name] = PIPELINE_FIELD_DEFAULTS[field.name]
+            out[key] = PIPELINE_FIELD_DEFAULTS[field.name]
         elif field.default is not dataclasses.MISSING:
-            out[field.name] = _yaml_value(field.default)
+            out[key] = _yaml_value(field.default)
         elif field.default_factory is not dataclasses.MISSING:
-            out[field.name] = _yaml_value(field.default_factory())
+            out[key] = _yaml_value(field.default_factory())
         else:
-            out[field.name] = None
+            out[key] = None
     return out
 
 

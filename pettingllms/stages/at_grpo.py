@@ -42,7 +42,6 @@ from pettingllms.trainer.at_grpo import ATGRPOTrainer
 from pettingllms.workers.stage import attach, stage_workers
 
 __all__ = [
-    "ROLLOUT_FIELDS",
     "STAGE_KEYS",
     "ATGRPOStageSettings",
     "CompletionCounter",
@@ -50,21 +49,12 @@ __all__ = [
     "TrainingLimits",
     "at_grpo_config",
     "at_grpo_settings",
+    "rollout_config",
     "repeat_budget",
     "repeat_number",
     "run_at_grpo",
 ]
 
-# ATGRPOConfig fields fed from the `rollout` section: field -> rollout key.
-ROLLOUT_FIELDS = {
-    "temperature": "temperature",
-    "top_p": "top_p",
-    "max_completion_length": "max_completion_length",
-    "num_generations": "num_generations",
-    "greedy_selection": "greedy_branch",
-    "transcript_rate": "transcripts_rate",
-    "transcript_state_max_chars": "transcript_state_max_chars",
-}
 # Section keys that are the stage's, not ATGRPOConfig fields: the limits (TrainingLimits) and update_policy.
 LIMIT_KEYS = ("max_completions", "eval_every_completions", "max_minutes")
 STAGE_KEYS = (*LIMIT_KEYS, "update_policy")
@@ -86,12 +76,14 @@ class TrainingLimits:
 
 @dataclass
 class ATGRPOStageSettings:
-    """The checked settings of an ``at_grpo`` / ``grpo`` stage: the trainer's config, the stage's limits, and
-    whether its steps update the policy (``update_policy``; false: sample trees for ``madpo_from_trees`` only)."""
+    """The checked settings of an ``at_grpo`` / ``grpo`` stage: the trainer's config (the stage section), its
+    generation settings (the ``rollout`` section), the stage's limits, and whether its steps update the policy
+    (``update_policy``; false: sample trees for ``madpo_from_trees`` only)."""
 
     trainer: Any  # ATGRPOConfig
     limits: TrainingLimits
     update_policy: bool = True
+    rollout: Any = None  # RolloutConfig (None: the rollout section's defaults)
 
 
 def repeat_number(stage: str, folder: str) -> int:
@@ -155,22 +147,19 @@ class SampleOnlyUpdater:
 def at_grpo_config(stage: str, config: Mapping[str, Any], output_dir: str | Path, progress: bool = True):
     """The :class:`~pettingllms.trainer.ATGRPOConfig` of RL stage ``at_grpo`` or ``grpo``.
 
-    The section holds the trainer's own fields (and the stage keys :data:`STAGE_KEYS`, left out here); the
-    policy level and agent map come from ``policy``, the sampling fields from ``rollout``
-    (:data:`ROLLOUT_FIELDS`), ``seed`` / ``report_to`` from ``run``; ``turn_order`` / ``max_turns`` /
-    ``alpha`` stay the environment's (``env`` section). ``grpo`` samples independently.
+    The section holds the trainer's own fields (and the stage keys :data:`STAGE_KEYS`, left out here);
+    ``seed`` / ``report_to`` come from ``run``, the output folder is the stage's. ``grpo`` samples
+    independently. The generation settings (``rollout``), the policy (``policy``) and the workflow (``env``)
+    are the trainer's other arguments, not fields of this config.
     """
     from pettingllms.trainer.at_grpo_config import ATGRPOConfig
 
     if stage not in ("at_grpo", "grpo"):
         raise ValueError(f"`stage` must be 'at_grpo' or 'grpo', got {stage!r}")
-    rollout, run, policy = config["rollout"], config["run"], config["policy"]
+    run = config["run"]
     values = {k: v for k, v in config[stage].items() if k not in STAGE_KEYS}
-    values.update({name: rollout[key] for name, key in ROLLOUT_FIELDS.items()})
     folder = Path(output_dir).name
     values.update(
-        policy_level=policy["level"],
-        agent_policies=dict(policy["agents"]),
         # A repeat of the stage (folder at_grpo_2, ...) draws other problems than the first: its own seed.
         seed=run["seed"] if folder == stage else derive_seed(run["seed"], "stage", folder) % 2**31,
         report_to=run["report_to"],
@@ -179,13 +168,15 @@ def at_grpo_config(stage: str, config: Mapping[str, Any], output_dir: str | Path
     )
     if stage == "grpo":
         values["sampling_mode"] = "independent"
-    try:
-        return section_to_dataclass(ATGRPOConfig, values, stage)
-    except ConfigError as error:
-        for name, key in ROLLOUT_FIELDS.items():
-            if f"`{name}`" in str(error):
-                raise ConfigError(f"{error} (set through `rollout.{key}`)") from error
-        raise
+    return section_to_dataclass(ATGRPOConfig, values, stage)
+
+
+def rollout_config(config: Mapping[str, Any]):
+    """The :class:`~pettingllms.config.rollout_section.RolloutConfig` of the ``rollout`` section."""
+    from pettingllms.config.rollout_section import RolloutConfig
+
+    names = {f.name for f in dataclasses.fields(RolloutConfig)}
+    return section_to_dataclass(RolloutConfig, {k: v for k, v in config["rollout"].items() if k in names}, "rollout")
 
 
 def at_grpo_settings(stage: str, config: Mapping[str, Any], stage_dir: str | Path, progress: bool = True) -> ATGRPOStageSettings:
@@ -198,6 +189,7 @@ def at_grpo_settings(stage: str, config: Mapping[str, Any], stage_dir: str | Pat
             f"{config['policy']['level']!r} (use `at_grpo` with `at_grpo.sampling_mode=independent`)"
         )
     trainer = at_grpo_config(stage, config, stage_dir, progress)
+    rollout = rollout_config(config)
     limits = section_to_dataclass(TrainingLimits, {k: config[stage][k] for k in LIMIT_KEYS}, stage)
     update_policy = config[stage]["update_policy"]
     if not isinstance(update_policy, bool):
@@ -224,7 +216,7 @@ def at_grpo_settings(stage: str, config: Mapping[str, Any], stage_dir: str | Pat
         except ValueError as error:  # a split smaller than one step's problems
             raise ConfigError(f"`{stage}.train_seed_range` cut to the {len(seeds)} instances of the split training "
                               f"plays: {error}; lower `{stage}.problems_per_step`") from None
-    return ATGRPOStageSettings(trainer, limits, update_policy)
+    return ATGRPOStageSettings(trainer, limits, update_policy, rollout)
 
 
 class CompletionCounter:
@@ -347,6 +339,7 @@ def run_at_grpo(context: StageContext) -> dict[str, float]:
     with stage_workers(config, context.policy, settings.trainer, name, fields, options) as system:
         trainer = _LimitedTrainer(
             settings.trainer,
+            rollout=settings.rollout if system is None else None,  # the workers' engine has its own
             limits=limits,
             evaluate=lambda step: _evaluate_during_training(context, step),
             policy=context.policy,

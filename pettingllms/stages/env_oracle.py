@@ -31,7 +31,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pettingllms.config.loader import section_to_dataclass
+from pettingllms.config.key_names import public_arguments, public_name_note
+from pettingllms.config.loader import ConfigError, section_to_dataclass
 from pettingllms.stages.context import StageContext, run_workflow, workflow_env
 
 __all__ = ["STAGE_ONLY_KEYS", "EnvOracle", "oracle_trainer_config", "preference_items", "run_oracle_trainer"]
@@ -147,12 +148,14 @@ def oracle_trainer_config(
 ) -> Any:
     """``config_class`` (a comlrl preference config) from stage section ``stage`` of a resolved run config.
 
-    The section's keys are the config's field names (plus ``num_problems`` / ``seed_start``); sampling
-    comes from ``rollout`` (``max_new_tokens`` <- ``max_completion_length``, ``temperature``, ``top_p``)
-    and ``defaults`` unless the section sets it; ``num_agents`` defaults to the run's roles, ``seed`` /
-    ``report_to`` come from ``run`` and ``output_dir`` is the stage folder.
+    The section's keys are the config's fields under their TRL names where the public names differ
+    (:data:`pettingllms.config.key_names.PUBLIC_NAMES`, e.g. ``learning_rate`` sets ``agent_learning_rate``),
+    plus ``num_problems`` / ``seed_start``; sampling comes from ``rollout`` (``max_completion_length``,
+    ``temperature``, ``top_p``) and ``defaults`` unless the section sets it; ``num_agents`` defaults to the
+    run's roles, ``seed`` / ``report_to`` come from ``run`` and ``output_dir`` is the stage folder.
     """
     rollout, run = config["rollout"], config["run"]
+    section = public_arguments(stage, {k: v for k, v in config[stage].items() if k not in STAGE_ONLY_KEYS})
     values: dict[str, Any] = {
         "max_new_tokens": rollout["max_completion_length"],
         "temperature": rollout["temperature"],
@@ -160,9 +163,7 @@ def oracle_trainer_config(
         **(defaults or {}),
     }
     fallback = set(values)  # a null section key here means "the pipeline's" (rollout, or `defaults`)
-    values.update(
-        {k: v for k, v in config[stage].items() if k not in STAGE_ONLY_KEYS and not (v is None and k in fallback)}
-    )
+    values.update({k: v for k, v in section.items() if not (v is None and k in fallback)})
     values.update(
         {
             "num_agents": len(run_workflow(config)) if num_agents is None else num_agents,
@@ -172,7 +173,10 @@ def oracle_trainer_config(
             "disable_tqdm": not progress,
         }
     )
-    return section_to_dataclass(config_class, values, stage)
+    try:
+        return section_to_dataclass(config_class, values, stage)
+    except ConfigError as error:  # the class's checks name its public fields: say which key sets them
+        raise ConfigError(f"{error}{public_name_note(stage, str(error))}") from error
 
 
 def run_oracle_trainer(context: StageContext, trainer_class: type, args: Any) -> dict[str, float]:

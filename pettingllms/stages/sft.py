@@ -64,7 +64,7 @@ def sft_demonstrations(
 ) -> dict[str, list]:
     """``{role: [Demonstration, ...]}`` the ``sft`` stage trains on: the oracle's episodes of every workflow
     on the ``sft`` seeds of the split training plays, which must miss ``held_out_seeds`` (default: the
-    ``eval`` instances, :func:`~pettingllms.stages.instances.check_held_out_instances`);
+    ``eval`` instances, :func:`~pettingllms.config.instances.check_held_out_instances`);
     ``progress``: a bar per workflow over its episodes."""
     from pettingllms.trainer.demonstrations import make_demonstrations
 
@@ -117,8 +117,9 @@ def sft_stage(
         raise ConfigError(f"`sft.workflows`: roles {roles} need one policy to learn them, the policy holds {policy.policies}")
     role_policies = {r: policy.policy_name(r) if r in policy.agents else policy.policies[0] for r in roles}
     return sft_warm_start(
-        policy, demos, epochs=settings.epochs, learning_rate=settings.learning_rate,
-        batch_size=settings.batch_size, seed=config["run"]["seed"], max_length=settings.max_length,
+        policy, demos, num_train_epochs=settings.num_train_epochs, learning_rate=settings.learning_rate,
+        per_device_train_batch_size=settings.per_device_train_batch_size, seed=config["run"]["seed"],
+        max_length=settings.max_length,
         max_grad_norm=settings.max_grad_norm, logger=logger, progress=progress, role_policies=role_policies,
     )
 

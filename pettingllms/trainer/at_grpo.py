@@ -84,6 +84,7 @@ Metric names (logged every ``logging_steps`` to ``output_dir/metrics.jsonl`` and
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import time
@@ -99,8 +100,8 @@ from comlrl.scoring import per_token_logps
 from comlrl.trainers.core.nonfinite import NonFiniteGuard
 from comlrl.trainers.core.reference import ReferencePolicy
 from comlrl.trainers.core.trainer_core import TrainerCore
+from pettingllms.config.rollout_section import RolloutConfig
 from pettingllms.execution import (
-    EngineConfig,
     PolicyConfig,
     PolicyTensors,
     RolloutBatch,
@@ -112,7 +113,13 @@ from pettingllms.execution import (
 )
 from pettingllms.trainer import fsdp
 from pettingllms.trainer.at_grpo_config import ATGRPOConfig
-from pettingllms.trainer.at_grpo_setup import check_engine, env_config_for, policy_config_for, workflow_order
+from pettingllms.trainer.at_grpo_setup import (
+    engine_config_for,
+    env_config_for,
+    policy_config_for,
+    split_flat_settings,
+    workflow_order,
+)
 from pettingllms.trainer.grouping import MemberTable, at_grpo_group_key, member_table, sample_advantages
 from pettingllms.trainer.losses import accumulation_scale, at_grpo_loss
 from pettingllms.trainer.metrics import SUCCESS_NOTES, StepTable, rollout_metrics
@@ -141,16 +148,25 @@ __all__ = [
 class ATGRPOTrainer(TrainerCore):
     """AT-GRPO (and, with ``sampling_mode="independent"``, the GRPO baseline) over the rollout engine.
 
+    The settings are separate objects, each declared and checked once (the pipeline's ``at_grpo`` / ``grpo``,
+    ``rollout``, ``policy`` and ``env`` sections); nothing is copied between them. Scripts that hold one flat
+    mapping of the older ``ATGRPOConfig`` names (``num_generations``, ``policy_level``, ``max_turns``, ...)
+    build the trainer with :meth:`from_flat`.
+
     Args:
-        config: an :class:`ATGRPOConfig` (None: defaults).
-        model: the (base) model of every policy: a preset name, local folder or hub id, or a full
-            :class:`~pettingllms.execution.PolicyConfig` (device, dtype, LoRA, L3 models), whose
-            ``policy_level`` / ``agent_policies`` must match the config's.
-        policy: a prebuilt :class:`comlrl.policy.MultiAgentPolicy` instead of ``model``.
-        engine: a prebuilt :class:`~pettingllms.execution.RolloutEngine` (needs ``policy``; its sampling
-            settings must match the config's).
-        env_name, env_config: the registered environment and its config (mapping or dataclass); the
-            config's ``turn_order`` (after the policy level), ``max_turns`` and ``alpha`` are applied to it.
+        config: an :class:`ATGRPOConfig`, the algorithm and optimisation knobs (None: defaults).
+        rollout: the generation settings, a :class:`~pettingllms.config.rollout_section.RolloutConfig` (the
+            ``rollout`` section; None: its defaults). Training scores at its ``temperature``. Not with
+            ``engine``, whose own config is then used.
+        model: the policy level, agent map and (base) model of every policy: a full
+            :class:`~pettingllms.execution.PolicyConfig` (level, agents, device, dtype, LoRA, L3 models), or a
+            preset name, local folder or hub id (policy level L1). With ``policy`` only its level is used
+            (the turn order the level plays).
+        policy: a prebuilt :class:`comlrl.policy.MultiAgentPolicy` instead of building one from ``model``.
+        engine: a prebuilt :class:`~pettingllms.execution.RolloutEngine` (needs ``policy``); its config is
+            the sampling the trainer scores.
+        env_name, env_config: the registered environment and its config (mapping or dataclass), which holds
+            the workflow (``turn_order``, ``max_turns``, ``alpha``); the policy level's turn order is applied.
         agent_options, env_worker: passed to the engine (per-role agent options; the tool sandbox).
         updaters: one object per policy with :class:`~pettingllms.trainer.policy_update.PolicyUpdater`'s
             interface (e.g. proxies of remote update workers) used instead of local ones; the trainer then
@@ -173,6 +189,7 @@ class ATGRPOTrainer(TrainerCore):
         self,
         config: ATGRPOConfig | None = None,
         *,
+        rollout: RolloutConfig | None = None,
         model: str | PolicyConfig = "small",
         policy: Any = None,
         engine: RolloutEngine | None = None,
@@ -191,8 +208,9 @@ class ATGRPOTrainer(TrainerCore):
         self.fsdp = fsdp.fsdp_for_world(self.world_size)  # None: every rank trains whole models
         if self.fsdp is not None and updaters is not None:
             raise ValueError(f"`updaters` (remote update workers) cannot be sharded with FSDP (`{fsdp.ENV_SWITCH}`)")
+        policy_config = policy_config_for(model, config.seed)
         if self.fsdp is not None and policy is None:
-            fsdp.check_level(config.policy_level)  # L2 refused before any model loads
+            fsdp.check_level(policy_config.policy_level)  # L2 refused before any model loads
         if config.problems_per_step < self.world_size:
             raise ValueError(
                 f"`problems_per_step` ({config.problems_per_step}) must be >= the world size ({self.world_size}): "
@@ -200,24 +218,25 @@ class ATGRPOTrainer(TrainerCore):
             )
         if engine is not None and policy is None:
             raise ValueError("`engine` was given without `policy`: pass the MultiAgentPolicy it samples from")
+        if engine is not None and rollout is not None:
+            raise ValueError("give `engine` or `rollout`, not both: a prebuilt engine samples with its own config")
         if policy is None:
-            policy = build_policy(policy_config_for(config, model), workflow_order(config, env_name, env_config))
+            policy = build_policy(policy_config, workflow_order(env_name, env_config))
         self.policy = policy
         if self.fsdp is not None:
             fsdp.check_policy(policy)
         if engine is None:
             engine = RolloutEngine.from_registry(
                 env_name,
-                env_config_for(config, env_name, env_config),
+                env_config_for(policy_config.policy_level, env_name, env_config),
                 build_router(policy, backend),
-                EngineConfig(**config.engine_kwargs()),
+                engine_config_for(config, rollout if rollout is not None else RolloutConfig()),
                 agent_options=agent_options,
                 env_worker=env_worker,
             )
         else:
             if backend is not None:
                 raise ValueError("give `engine` or `backend`, not both: a prebuilt engine already has its backends")
-            check_engine(config, engine)
         self.engine = engine
         self.backend = backend
         served = {engine.router.policy_for(agent.role) for agent in engine.agents}
@@ -231,7 +250,10 @@ class ATGRPOTrainer(TrainerCore):
             sharded = self.fsdp is not None
             self.reference = fsdp.ShardedReference(policy, self.fsdp) if sharded else ReferencePolicy(policy, adapters="disabled")
         if updaters is None:
-            updaters = {name: PolicyUpdater(config, policy, name, self.reference, self.fsdp) for name in policy.policies}
+            updaters = {
+                name: PolicyUpdater(config, policy, name, self.reference, self.fsdp, sampling=engine.config)
+                for name in policy.policies
+            }
             for name, updater in updaters.items():  # the trainer's method stays the seam tests wrap
                 updater._accumulate_gradients = functools.partial(self._route_accumulate, name)
         missing = sorted(set(policy.policies) - set(updaters))
@@ -257,7 +279,21 @@ class ATGRPOTrainer(TrainerCore):
         self.data_cursor: dict[str, int] = {"epoch": 0, "index": 0}
         self.log_history: list[dict[str, float]] = []
         self.last_eval = None
-        self._table = StepTable(policy.policies, config.sampling_mode, config.num_generations)
+        self._table = StepTable(policy.policies, config.sampling_mode, engine.config.num_generations)
+
+    @classmethod
+    def from_flat(
+        cls, values: Mapping[str, Any], *, model: str | PolicyConfig = "small", env_config: Any = None, **kwargs: Any
+    ) -> ATGRPOTrainer:
+        """The trainer of one flat mapping of the names older scripts passed to ``ATGRPOConfig``: the
+        :class:`ATGRPOConfig` fields, and ``policy_level`` / ``agent_policies`` (into ``model``, a
+        PolicyConfig), ``turn_order`` / ``max_turns`` / ``alpha`` (into ``env_config``), ``num_generations``,
+        ``temperature``, ``top_p``, ``max_completion_length``, ``greedy_selection``, ``transcript_rate``,
+        ``transcript_state_max_chars`` (into ``rollout``, a RolloutConfig with the ``rollout`` section's
+        names and defaults); :func:`~pettingllms.trainer.at_grpo_setup.split_flat_settings`. ``kwargs`` are
+        the constructor's other arguments."""
+        config, rollout, model, env_config = split_flat_settings(values, model, env_config)
+        return cls(config, rollout=rollout, model=model, env_config=env_config, **kwargs)
 
     # ------------------------------------------------------------------------------------ override points
     def generate_and_score(self, problem_ids: Sequence[int], step: int) -> RolloutBatch:
@@ -283,7 +319,8 @@ class ATGRPOTrainer(TrainerCore):
         if not dist.is_main_process():
             return dist.RankMetricsLogger()  # only rank 0 writes metrics.jsonl
 
-        return MetricsLogger(self.output_dir, self.config.report_to, config=self.config.to_dict())
+        settings = {**self.config.to_dict(), "engine": dataclasses.asdict(self.engine.config)}
+        return MetricsLogger(self.output_dir, self.config.report_to, config=settings)
 
     def run_seed(self) -> int:
         return self.config.seed  # a fresh run seeds the global random streams with it (TrainerCore)

@@ -33,6 +33,7 @@ def at_grpo_loss(
     mask: torch.Tensor,
     *,
     config: ATGRPOConfig,
+    max_completion_length: int | None = None,
     num_micro_batches: int = 1,
     num_items_in_batch: int | None = None,
     ref_logps: torch.Tensor | None = None,
@@ -42,7 +43,8 @@ def at_grpo_loss(
     :func:`comlrl.rl.ppo_clip_loss` with the config's ``epsilon``, ``epsilon_high``, ``dual_clip``,
     ``loss_type`` and ``beta`` (with ``ref_logps``), scaled by :func:`accumulation_scale` (1 with the default
     ``num_micro_batches``: the update engine then weighs it).
-    ``num_items_in_batch`` is the completion-token count of the optimizer step (``dapo``).
+    ``num_items_in_batch`` is the completion-token count of the optimizer step (``dapo``);
+    ``max_completion_length`` the rollout's (``dr_grpo``'s normaliser; its engine config's).
     """
     out = ppo_clip_loss(
         logps,
@@ -52,7 +54,7 @@ def at_grpo_loss(
         epsilon=config.epsilon,
         epsilon_high=config.epsilon_high,
         loss_type=config.loss_type,
-        max_completion_length=config.max_completion_length,
+        max_completion_length=max_completion_length,
         num_items_in_batch=num_items_in_batch,
         dual_clip=config.dual_clip,
         ref_logprobs=ref_logps,

@@ -83,10 +83,14 @@ class PolicyUpdater:
             ``config.beta > 0``; under FSDP a :class:`~pettingllms.trainer.fsdp.ShardedReference`).
         sharding: :class:`~pettingllms.trainer.fsdp.FSDPSettings` to train the policy's model as an FSDP
             :class:`~pettingllms.trainer.fsdp.ShardedModel` (:attr:`sharded`; None: the model itself).
+        sampling: how the rows were sampled (the engine's :class:`~pettingllms.execution.EngineConfig`):
+            the update scores at its ``temperature``, and ``dr_grpo`` normalises by its
+            ``max_completion_length``.
     """
 
     def __init__(
-        self, config: ATGRPOConfig, policy: Any, name: str, reference: Any = None, sharding: Any = None
+        self, config: ATGRPOConfig, policy: Any, name: str, reference: Any = None, sharding: Any = None, *,
+        sampling: Any,
     ) -> None:
         from comlrl.rollout.hf import eos_token_ids, pad_token_id
 
@@ -96,6 +100,7 @@ class PolicyUpdater:
         if not params:
             raise ValueError(f"policy {name!r} has no trainable parameters")
         self.config, self.policy, self.name, self.reference = config, policy, name, reference
+        self.temperature, self.max_completion_length = sampling.temperature, sampling.max_completion_length
         self.sharded = None if sharding is None else fsdp.ShardedModel(policy.handle(name).model, sharding, params)
         if self.sharded is not None:
             params = self.sharded.parameters()
@@ -204,7 +209,7 @@ class PolicyUpdater:
         with self.training_model() as model:
             self._backward(model, tensors, group, extra, stats, num_items, num_micro_batches)
             for _ in range(calls - len(group)):
-                logps, _ = per_token_logps(model, fsdp.filler_rows(self.pad_token_id), config.temperature,
+                logps, _ = per_token_logps(model, fsdp.filler_rows(self.pad_token_id), self.temperature,
                                            share_prompts=config.share_prompts)
                 self.steps.backward(fsdp.zero_weight(logps))
         # A non-finite part on any rank skips the step on every rank; else the gradients are summed over the
@@ -228,7 +233,7 @@ class PolicyUpdater:
             sampled_by = torch.tensor([tensors.samples[i].policy_version for i in index.tolist()], dtype=torch.float64)
             stats.add_staleness(policy.version(self.name) - sampled_by)
             logps, entropy = per_token_logps(
-                model, rows, config.temperature, with_entropy=True, share_prompts=config.share_prompts
+                model, rows, self.temperature, with_entropy=True, share_prompts=config.share_prompts
             )
             device = logps.device
             loss, out = at_grpo_loss(
@@ -237,6 +242,7 @@ class PolicyUpdater:
                 rows["advantages"].to(device),
                 rows["completion_mask"].to(device),
                 config=config,
+                max_completion_length=self.max_completion_length,
                 num_items_in_batch=num_items,
                 ref_logps=rows["ref_per_token_logps"].to(device) if config.beta > 0 else None,
             )
@@ -263,11 +269,11 @@ class PolicyUpdater:
         with torch.no_grad(), self.reference.model(self.name) as reference:
             for index in chunks:
                 rows = policy_rows(tensors, index, min_width=min_width)
-                logps, _ = per_token_logps(reference, rows, self.config.temperature, share_prompts=share)
+                logps, _ = per_token_logps(reference, rows, self.temperature, share_prompts=share)
                 width = min(logps.shape[1], out.shape[1])
                 out[index, :width] = logps[:, :width].cpu()
             for _ in range(calls - len(chunks)):
-                per_token_logps(reference, fsdp.filler_rows(self.pad_token_id), self.config.temperature,
+                per_token_logps(reference, fsdp.filler_rows(self.pad_token_id), self.temperature,
                                 share_prompts=share)
         return out
 
@@ -280,8 +286,8 @@ def engine_settings(config: ATGRPOConfig) -> SimpleNamespace:
         gradient_accumulation_steps=config.gradient_accumulation_steps,
         max_grad_norm=config.max_grad_norm,
         lr_scheduler_type=config.lr_scheduler_type,
-        lr_scheduler_kwargs=None,
-        warmup_steps=0,
+        lr_scheduler_kwargs=config.lr_scheduler_kwargs,
+        warmup_steps=config.warmup_steps,
         warmup_ratio=config.warmup_ratio,
     )
 

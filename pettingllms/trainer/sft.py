@@ -25,7 +25,7 @@ its AdamW, one micro-batch per step whose loss is already normalised by the batc
 norm measured and clipped; :func:`~comlrl.trainers.core.data_parallel.attach_engine` under data parallelism).
 
 Data-parallel (under ``accelerate launch`` / ``torchrun``, see :mod:`pettingllms.trainer.step_view`):
-every rank draws the same shuffled global batches of ``batch_size`` demonstrations and scores its
+every rank draws the same shuffled global batches of ``per_device_train_batch_size`` demonstrations and scores its
 contiguous shard of each; the NLL is divided by the global token count (summed over ranks) and the
 gradients are summed before clipping, so each optimizer step is the one-process step over the same
 batch (a rank with an empty shard contributes zero gradients). Only rank 0 logs and shows progress. With
@@ -90,9 +90,10 @@ class SFTWarmStartConfig:
 
     > Parameters that control training
 
-    - ``epochs``: passes over each policy's demonstrations.
+    - ``num_train_epochs``: passes over each policy's demonstrations.
     - ``learning_rate``: AdamW learning rate (constant).
-    - ``batch_size``: demonstrations per optimizer step.
+    - ``per_device_train_batch_size``: demonstrations per optimizer step (TRL's name; in one process TRL's
+      meaning, while data-parallel ranks share each such batch, each scoring its shard).
     - ``max_length``: longest prompt + response (tokens) kept; longer examples are dropped and counted.
     - ``max_grad_norm``: gradient clipping norm (``0`` disables clipping).
     """
@@ -111,14 +112,14 @@ class SFTWarmStartConfig:
     workflows: tuple[tuple[str, ...], ...] = field(
         default=(), metadata={"help": "Turn orders the oracle plays (empty: the run's workflow)."}
     )
-    epochs: int = field(default=3, metadata={"help": "Passes over each policy's demonstrations."})
+    num_train_epochs: int = field(default=3, metadata={"help": "Passes over each policy's demonstrations."})
     learning_rate: float = field(default=1e-3, metadata={"help": "AdamW learning rate (constant)."})
-    batch_size: int = field(default=8, metadata={"help": "Demonstrations per optimizer step."})
+    per_device_train_batch_size: int = field(default=8, metadata={"help": "Demonstrations per optimizer step."})
     max_length: int = field(default=1024, metadata={"help": "Longest prompt + response kept, in tokens."})
     max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm; 0 disables it."})
 
     def __post_init__(self) -> None:
-        for name in ("num_problems", "epochs", "batch_size", "max_length", "tool_candidates"):
+        for name in ("num_problems", "num_train_epochs", "per_device_train_batch_size", "max_length", "tool_candidates"):
             check_int(name, getattr(self, name), 1, spell_out=True)
         check_int("seed_start", self.seed_start, 0, spell_out=True)
         check_float("learning_rate", self.learning_rate, gt=0, spell_out=True)
@@ -208,9 +209,9 @@ def sft_warm_start(
     policy,
     demos_by_agent: Mapping[str, Sequence[tuple[Any, str]]],
     *,
-    epochs: int,
+    num_train_epochs: int,
     learning_rate: float,
-    batch_size: int,
+    per_device_train_batch_size: int,
     seed: int,
     max_length: int,
     max_grad_norm: float = 1.0,
@@ -232,7 +233,8 @@ def sft_warm_start(
     ``seed`` inside a forked RNG state, so the caller's random streams are left as they were.
     """
     config = SFTWarmStartConfig(
-        epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, max_length=max_length,
+        num_train_epochs=num_train_epochs, learning_rate=learning_rate,
+        per_device_train_batch_size=per_device_train_batch_size, max_length=max_length,
         max_grad_norm=max_grad_norm,
     )
     sharding = fsdp.fsdp_for_world(dist.init_distributed())
@@ -262,7 +264,9 @@ def sft_warm_start(
             log.warning("sft: policy %r has no demonstrations (roles %s); it is not trained", name, roles)
             continue
         plans.append((name, examples, pad_id))
-    total_steps = sum(config.epochs * math.ceil(len(ex) / config.batch_size) for _, ex, _ in plans)
+    total_steps = sum(
+        config.num_train_epochs * math.ceil(len(ex) / config.per_device_train_batch_size) for _, ex, _ in plans
+    )
 
     from tqdm.auto import tqdm
 
@@ -334,9 +338,9 @@ def _train_policy(policy, name, examples, pad_id, config, seed, logger, bar, ste
     first_step, first_step_loss = step, math.nan
     try:
         with policy.activate(name), (nullcontext(handle.model) if sharded is None else sharded.training()) as model:
-            for epoch in range(config.epochs):
+            for epoch in range(config.num_train_epochs):
                 losses: list[float] = []
-                for batch in shuffled_batches(len(examples), config.batch_size, generator):
+                for batch in shuffled_batches(len(examples), config.per_device_train_batch_size, generator):
                     steps.start_micro_batch()
                     if dist.world_size() > 1:
                         rows = [examples[i] for i in dist.shard(batch)]
@@ -375,7 +379,9 @@ def _train_policy(policy, name, examples, pad_id, config, seed, logger, bar, ste
     finally:
         optimizer.zero_grad(set_to_none=True)
         handle.model.train(was_training)
-    metrics[f"sft/{name}/steps"] = float(config.epochs * math.ceil(len(examples) / config.batch_size))
+    metrics[f"sft/{name}/steps"] = float(
+        config.num_train_epochs * math.ceil(len(examples) / config.per_device_train_batch_size)
+    )
     metrics[f"sft/{name}/loss_first_step"] = first_step_loss
     metrics[f"sft/{name}/loss_first"] = epoch_means[0]
     metrics[f"sft/{name}/loss_last"] = epoch_means[-1]

@@ -69,6 +69,7 @@ def stage_workers(
         return
     from pettingllms.config.env_section import make_env_worker
     from pettingllms.config.imports import ModuleImports
+    from pettingllms.config.rollout_section import RolloutConfig
     from pettingllms.trainer.at_grpo_setup import env_config_for
     from pettingllms.workers.placement import placement_from_config
     from pettingllms.workers.system import RaySystem
@@ -76,8 +77,9 @@ def stage_workers(
     system = RaySystem(
         policy,
         trainer_config,
+        rollout=RolloutConfig.from_section(config["rollout"]),
         env_name=env_name,
-        env_config=env_config_for(trainer_config, env_name, dict(env_fields)),
+        env_config=env_config_for(config["policy"]["level"], env_name, dict(env_fields)),
         agent_options=agent_options,
         placement=placement_from_config(config),
         ray_address=config["run"].get("ray_address"),

@@ -17,6 +17,7 @@ kept current after every update. Ray is an optional extra: :func:`require_ray` n
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from collections.abc import Callable, Mapping
@@ -58,9 +59,12 @@ class RaySystem:
     Args:
         policy: the driver's :class:`~comlrl.policy.MultiAgentPolicy` (copied into every worker).
         trainer_config: the stage's :class:`~pettingllms.trainer.ATGRPOConfig` (the UpdateWorkers' updates,
-            the EnvWorkers' sampling settings).
+            the EnvWorkers' sampling structure).
+        rollout: the stage's generation settings, a :class:`~pettingllms.config.rollout_section.RolloutConfig`
+            (None: its defaults); with ``trainer_config`` they make the engine's config
+            (:func:`~pettingllms.trainer.at_grpo_setup.engine_config_for`), the EnvWorkers' and UpdateWorkers'.
         env_name, env_config, agent_options: the environment as the one-process trainer gets them
-            (``env_config`` already carries the trainer's turn order, turns and alpha).
+            (``env_config`` already carries the turn order the policy level plays).
         placement: a :class:`~pettingllms.workers.placement.Placement`.
         ray_address: None starts a local cluster (when none runs in this process yet); else joined.
         sandbox: a zero-argument callable building one EnvWorker's code runner, or None.
@@ -76,6 +80,7 @@ class RaySystem:
         policy: Any,
         trainer_config: Any,
         *,
+        rollout: Any = None,
         env_name: str,
         env_config: Any,
         placement: Any,
@@ -87,14 +92,16 @@ class RaySystem:
         imports: Any = None,
     ) -> None:
         from comlrl.rollout.hf import eos_token_ids, pad_token_id
-        from pettingllms.execution import EngineConfig
+        from pettingllms.config.rollout_section import RolloutConfig
         from pettingllms.execution.router import Router
+        from pettingllms.trainer.at_grpo_setup import engine_config_for
         from pettingllms.workers.engine import WorkerEngine
         from pettingllms.workers.env_worker import EnvWorker
         from pettingllms.workers.placement import check_fits
         from pettingllms.workers.rollout_worker import RemoteBackend, RolloutWorker
         from pettingllms.workers.update_worker import RemoteUpdater, UpdateWorker
 
+        engine_config = engine_config_for(trainer_config, rollout if rollout is not None else RolloutConfig())
         ray = require_ray()
         self.ray = ray
         self.started_ray = not ray.is_initialized()
@@ -131,7 +138,7 @@ class RaySystem:
                 ]
                 self.update_actors[name] = [
                     self._start(UpdateWorker, bundle, resources, trainer_config, policy_ref, name,
-                                torch_threads=threads, device=device, imports=imports)
+                                sampling=engine_config, torch_threads=threads, device=device, imports=imports)
                     for bundle, resources in zip(bundles["update"], placement.worker_resources(name, "update"))
                 ]
                 if len(self.update_actors[name]) > 1:
@@ -142,7 +149,7 @@ class RaySystem:
                     pad_token_id(handle.tokenizer, eos_token_ids(handle.model, handle.tokenizer)),
                 )
             agent_to_policy = {agent: policy.policy_name(agent) for agent in policy.agents}
-            engine_settings = dict(trainer_config.engine_kwargs())
+            engine_settings = dataclasses.asdict(engine_config)
             self.env_actors = [
                 self._start(
                     EnvWorker, bundle, {"CPU": placement.env_worker_cpus}, index, env_name, env_config, engine_settings,
@@ -156,7 +163,7 @@ class RaySystem:
             ]
             backends = {name: RemoteBackend(actors, name) for name, actors in self.rollout_actors.items()}
             self.engine = WorkerEngine.from_registry(
-                env_name, env_config, Router(agent_to_policy, backends), EngineConfig(**engine_settings),
+                env_name, env_config, Router(agent_to_policy, backends), engine_config,
                 agent_options=agent_options, env_workers=self.env_actors,
             )
             ray.get([actor.pid.remote() for actor in self.actors])  # every worker is up before training starts

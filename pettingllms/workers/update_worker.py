@@ -34,11 +34,13 @@ __all__ = ["RemoteState", "RemoteUpdater", "UpdateWorker", "shard_rows"]
 
 
 class UpdateWorker:
-    """AT-GRPO / GRPO updates of policy ``name`` on the worker's copy of ``policy`` (``imports``: the user's
-    modules, :class:`~pettingllms.config.imports.ModuleImports`, imported first)."""
+    """AT-GRPO / GRPO updates of policy ``name`` on the worker's copy of ``policy`` (``sampling``: the engine's
+    config the rows were sampled with; ``imports``: the user's modules,
+    :class:`~pettingllms.config.imports.ModuleImports`, imported first)."""
 
     def __init__(
-        self, config: Any, policy: Any, name: str, *, torch_threads: int, device: str | None = None, imports: Any = None
+        self, config: Any, policy: Any, name: str, *, sampling: Any, torch_threads: int, device: str | None = None,
+        imports: Any = None,
     ) -> None:
         if imports is not None:
             imports.load()
@@ -55,7 +57,7 @@ class UpdateWorker:
         self.name = name
         # The reference is the weights the worker starts from: the driver's at the stage's start.
         reference = ReferencePolicy(policy, adapters="disabled") if config.beta > 0 else None
-        self.updater = PolicyUpdater(config, policy, name, reference)
+        self.updater = PolicyUpdater(config, policy, name, reference, sampling=sampling)
 
     def update(self, tensors: Any, step: int) -> tuple[Any, dict[str, torch.Tensor], int, float]:
         """One step's update; returns the result, the new trainable weights, their version and the seconds

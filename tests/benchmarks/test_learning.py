@@ -102,7 +102,7 @@ def test_settings_keys_follow_the_numbers_not_the_folders(tmp_path):
     assert learning.cell_key(changed, "at_grpo_l1", "warm") != key
     warm = learning.warm_start_key(0, [], tmp_path)
     assert learning.warm_start_key(0, [], tmp_path / "x") == warm != learning.warm_start_key(1, [], tmp_path)
-    assert learning.warm_start_key(0, ["sft.epochs=2"], tmp_path) != warm
+    assert learning.warm_start_key(0, ["sft.num_train_epochs=2"], tmp_path) != warm
 
 
 def test_rl_history_reads_steps_and_curve_points_from_the_stage_metrics(tmp_path):
@@ -178,7 +178,7 @@ def test_preference_rows_alternate_at_grpo_and_madpo_from_trees_at_the_same_budg
             for section in ("rollout", "eval", "env", "policy"):
                 assert config[section] == l1[section]
             assert config["at_grpo"]["learning_rate"] == l1["at_grpo"]["learning_rate"] == 1e-4
-            assert config["madpo_from_trees"]["agent_learning_rate"] == 1e-4
+            assert config["madpo_from_trees"]["learning_rate"] == 1e-4
         assert (alone["at_grpo"]["update_policy"], hybrid["at_grpo"]["update_policy"], l1["at_grpo"]["update_policy"]) == (
             False, True, True)
         last = learning.cell_config("hybrid_rl_last_l1", 0, [], rl, tmp_path, "warm", bench=bench)
@@ -220,6 +220,24 @@ def test_a_record_made_before_keys_were_added_still_counts_and_one_with_other_va
     assert not learning._job_done(path, key, rekey)  # no config recorded: nothing to compare
     assert learning.with_added_keys({"a": {"b": 1}, "gone": 2}, {"a": {"b": 3, "c": 4}, "new": 5}) == {
         "a": {"b": 1, "c": 4}, "gone": 2, "new": 5}
+
+
+def test_a_record_saved_with_earlier_key_names_still_counts(tmp_path):
+    current = learning.cell_config("hybrid_l1", 0, [], [], tmp_path, "unused")
+    warm = tmp_path / "warmstart-seed0.json"
+    warm.write_text(json.dumps({"settings_key": "w", "start_multi": 0.25}))
+    key = learning.cell_key(current, "hybrid_l1", "w")
+    older = json.loads(json.dumps(current))
+    older["sft"]["epochs"] = older["sft"].pop("num_train_epochs")  # the names before the rename
+    trees = older["madpo_from_trees"]
+    trees["agent_learning_rate"], trees["dpo_beta"] = trees.pop("learning_rate"), trees.pop("beta")
+    trees["reference_kl_coef"] = 0.1  # a field MADPO never read, no key now
+    path = tmp_path / "hybrid_l1-seed0.json"
+    path.write_text(json.dumps({"settings_key": "older", "config": older, "warm_start": {"start_multi": 0.25}}))
+    assert learning._job_done(path, key, learning.cell_rekey(current, "hybrid_l1", "w", warm))
+    trees["dpo_beta"] = 0.2  # another value under the earlier name is another run
+    path.write_text(json.dumps({"settings_key": "older", "config": older, "warm_start": {"start_multi": 0.25}}))
+    assert not learning._job_done(path, key, learning.cell_rekey(current, "hybrid_l1", "w", warm))
 
 
 def test_a_prompt_change_makes_new_keys_and_old_records_do_not_count(tmp_path, monkeypatch):

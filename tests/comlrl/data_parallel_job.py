@@ -27,6 +27,10 @@ Scenarios (test-tiny model, 4 items, the same global batches in both launches):
   size (and so the ranks' rows per turn), update batches of 3 nodes;
 - ``maac_multi_turn``: MAAC over 2 turns on 5 items (ranks play 3 and 2 trajectories), early termination,
   advantages whitened over each global update batch of 3 turns.
+
+Launched with FSDP (``test_data_parallel_fsdp.py``: accelerate's config with ``distributed_type: FSDP``) the
+policies train sharded; the recorded gradients are then the whole ones (each shard's gathered at every step),
+and every rank also dumps ``shards{r}.json``: per policy parameter, the elements its shard holds.
 """
 
 from __future__ import annotations
@@ -50,7 +54,6 @@ from comlrl.trainers.preference import (
     MARLHFIterTrainer,
 )
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
-from tests.helpers.trainer_helpers import record_gradients
 
 ITEMS = [{"prompt": f"Task {i}: write a short plan."} for i in range(4)]
 LR = 1e-2
@@ -120,6 +123,23 @@ def uneven_lengths(on: bool) -> Iterator[None]:
         policy_learning._completion_logprobs = score
 
 
+def record_gradients(trainer) -> list:
+    """The gradient every optimizer steps with, per optimizer step, flattened (under FSDP the whole gradient,
+    gathered from the shards: every rank steps in lockstep, so the gathers match)."""
+    from torch.distributed.tensor import DTensor
+
+    seen = []
+    for name, optimizer in trainer.gradient_steps.optimizers.items():
+
+        def hook(opt, args, kwargs, name=name):
+            grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
+            whole = [(g.full_tensor() if isinstance(g, DTensor) else g).reshape(-1) for g in grads]
+            seen.append((name, torch.cat(whole).clone()))
+
+        optimizer.register_step_pre_hook(hook)
+    return seen
+
+
 def run(model_path: str, out: Path, scenario: str) -> dict:
     trainer = build(scenario, model_path, out / scenario)
     grads = record_gradients(trainer)
@@ -134,6 +154,10 @@ def run(model_path: str, out: Path, scenario: str) -> dict:
     if getattr(trainer, "reward_model", None) is not None:
         result["reward_head"] = trainer.reward_model.head.weight.detach().clone()
     torch.save(result, out / scenario / f"rank{dist.rank()}.pt")
+    if getattr(trainer, "sharded", None) is not None:  # FSDP: what this rank's shards hold
+        shards = {name: [p.to_local().numel(), p.numel()] for m in trainer.sharded.models
+                  for name, p in m.module.named_parameters()}  # fmt: skip
+        (out / scenario / f"shards{dist.rank()}.json").write_text(json.dumps(shards))
     if scenario == "madpo_iter" and dist.world_size() > 1:
         resumed = build(scenario, model_path, out / "madpo_iter_resumed")
         resumed.train(resume_from_checkpoint=first_checkpoint_inside_round_2(out / scenario))

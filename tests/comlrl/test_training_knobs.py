@@ -15,6 +15,7 @@ from transformers import get_scheduler
 
 from comlrl.trainers.actor_critic import IACConfig, IACTrainer
 from comlrl.trainers.core.optimization import GradientSteps, TrainingKnobFields
+from comlrl.trainers.core.training_knobs import OptimizerStepFields
 from comlrl.trainers.preference import (
     MADPOConfig,
     MADPOIterConfig,
@@ -83,8 +84,9 @@ def test_the_knobs_default_to_the_public_behaviour_and_are_documented():
     cfg = MADPOConfig()
     assert (cfg.gradient_accumulation_steps, cfg.lr_scheduler_type, cfg.max_grad_norm) == (1, "constant", None)
     assert (cfg.warmup_steps, cfg.warmup_ratio, cfg.bf16, cfg.fp16, cfg.save_steps) == (0, 0.0, False, False, None)
+    docs = TrainingKnobFields.__doc__ + OptimizerStepFields.__doc__  # the step knobs are its base's
     for name, f in TrainingKnobFields.__dataclass_fields__.items():
-        assert f.metadata["help"].strip() and f"    {name} (`" in TrainingKnobFields.__doc__, name
+        assert f.metadata["help"].strip() and f"    {name} (`" in docs, name
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,6 @@ from comlrl.rollout import GenerationRequest, HFBackend, SamplingParams
 from comlrl.scoring import completion_logprobs
 from comlrl.seeding import derive_seed
 from pettingllms.execution import PolicyConfig
-from pettingllms.trainer.at_grpo_config import ATGRPOConfig
 from tests.helpers.bonus_trainer import BonusTrainer
 
 pytestmark = [
@@ -79,7 +78,7 @@ def at_grpo_trainer(tmp_path, model_path, level: str, **overrides):
                   output_dir=str(tmp_path / f"run-{level}"))
     values.update(overrides)
     model = PolicyConfig(policy_level=level, model=model_path, device="cuda", dtype="bfloat16")
-    trainer = BonusTrainer(ATGRPOConfig(**values), model=model, env_config={"rows": 4, "cols": 4})
+    trainer = BonusTrainer.from_flat(values, model=model, env_config={"rows": 4, "cols": 4})
     if level == "L2":  # LoRA B starts at 0, so A would get no gradient: give the adapters weights
         generator = torch.Generator().manual_seed(0)
         with torch.no_grad():

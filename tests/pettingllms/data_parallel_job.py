@@ -37,7 +37,6 @@ from pathlib import Path
 import torch
 
 from comlrl import distributed as dist
-from pettingllms.trainer.at_grpo_config import ATGRPOConfig
 from tests.helpers.bonus_trainer import BonusTrainer
 
 ENV = {"rows": 4, "cols": 4}
@@ -89,11 +88,11 @@ def run(model_path: str, out: Path, scenario: str) -> None:
         from pettingllms.trainer.sft import sft_warm_start
 
         policy = sft_policy(model_path)
-        summary = sft_warm_start(policy, sft_demos(), epochs=2, learning_rate=1e-2, batch_size=4, seed=0,
+        summary = sft_warm_start(policy, sft_demos(), num_train_epochs=2, learning_rate=1e-2, per_device_train_batch_size=4, seed=0,
                                  max_length=512, progress=False)
         history = [summary]
     else:
-        trainer = BonusTrainer(ATGRPOConfig(**at_grpo_values(scenario, out)), model=model_path, env_config=ENV)
+        trainer = BonusTrainer.from_flat(at_grpo_values(scenario, out), model=model_path, env_config=ENV)
         resume = str(out / "l1_tree" / "checkpoint-1") if scenario == "l1_resume" else None
         history = trainer.train(resume_from_checkpoint=resume)
         trainer.save_model(folder / "model")

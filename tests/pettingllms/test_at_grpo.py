@@ -212,6 +212,7 @@ def hand_per_token(eps_low=0.2, eps_high=0.2):
 
 def run_loss(config, logps=None, **kwargs):
     logps = torch.tensor(LOGPS, requires_grad=True) if logps is None else logps
+    kwargs.setdefault("max_completion_length", 4)
     loss, out = at_grpo_loss(
         logps, torch.tensor(OLD), torch.tensor(ADV), torch.tensor(MASK), config=config, **kwargs
     )
@@ -232,7 +233,7 @@ def test_loss_matches_hand_computation_for_each_loss_type(loss_type):
         "dr_grpo": total / (2 * 4),  # B * max_completion_length
         "dapo": total / 10,  # num_items_in_batch: tokens of the whole optimizer step
     }[loss_type]
-    config = ATGRPOConfig(loss_type=loss_type, max_completion_length=4)
+    config = ATGRPOConfig(loss_type=loss_type)
     _, loss, out = run_loss(config, num_items_in_batch=10)
     assert float(loss.detach()) == pytest.approx(expected, rel=1e-6)
     assert float(out.clip_ratio_high) == pytest.approx(1 / 5)
@@ -262,7 +263,7 @@ def test_epsilon_high_raises_only_the_upper_clip():
 
 def test_gradient_accumulation_divides_mean_losses_but_not_dapo():
     for loss_type, factor in (("bnpo", 0.5), ("grpo", 0.5), ("dr_grpo", 0.5), ("dapo", 1.0)):
-        config = ATGRPOConfig(loss_type=loss_type, max_completion_length=4)
+        config = ATGRPOConfig(loss_type=loss_type)
         _, one, _ = run_loss(config, num_items_in_batch=10)
         _, two, _ = run_loss(config, num_items_in_batch=10, num_micro_batches=2)
         assert float(two.detach()) == pytest.approx(factor * float(one.detach()), rel=1e-7), loss_type
@@ -440,31 +441,40 @@ def test_every_agent_of_a_real_rollout_has_the_batchs_team_success(mode):
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"policy_level": "L4"}, "`policy_level` must be one of"),
-        ({"num_generations": 0}, "`num_generations` must be an integer >= 1, got 0"),
         ({"loss_type": "ppo"}, "`loss_type` must be one of"),
         ({"scale_rewards": "std"}, "`scale_rewards` must be one of"),
         ({"sampling_mode": "beam"}, "`sampling_mode` must be one of"),
-        ({"temperature": 0.0}, r"`temperature` must be a finite number > 0.0, got 0.0"),
         ({"epsilon": -0.1}, "`epsilon` must be a finite number"),
         ({"epsilon_high": 0.0}, "`epsilon_high` must be a finite number"),
         ({"dual_clip": 1.0}, "`dual_clip` must be a finite number > 1.0"),
         ({"beta": float("nan")}, "`beta` must be a finite number"),
-        ({"warmup_ratio": 1.5}, r"`warmup_ratio` must be a finite number in \[0.0, 1.0\]"),
+        ({"warmup_ratio": 1.5}, r"`warmup_ratio` must be"),
         ({"train_seed_range": (5, 6), "problems_per_step": 2}, "`train_seed_range` \\[5, 6\\] must"),
-        ({"agent_policies": "{tool"}, "`agent_policies` is not valid JSON"),
         ({"train_seed_range": (0,)}, "`train_seed_range` must be two integers"),
         ({"lr_scheduler_type": "warm"}, "`lr_scheduler_type` must be one of"),
         ({"report_to": "mlflow"}, "`report_to`"),
-        ({"agent_policies": {}}, "`agent_policies` must be a non-empty mapping"),
-        ({"turn_order": "tool"}, "`turn_order` must be a list of role names"),
-        ({"max_turns": 0}, "`max_turns` must be an integer >= 1"),
         ({"save_total_limit": 0}, "`save_total_limit` must be an integer >= 1"),
     ],
 )
 def test_config_errors_name_the_field(overrides, message):
     with pytest.raises(ValueError, match=message):
         ATGRPOConfig(**overrides)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"num_generations": 0}, "`num_generations` must be an integer >= 1, got 0"),
+        ({"temperature": 0.0}, r"`temperature` must be a finite number > 0.0, got 0.0"),
+        ({"transcripts_rate": 1.5}, r"`transcripts_rate` must be"),
+    ],
+)
+def test_generation_settings_are_checked_once_where_declared(overrides, message):
+    from pettingllms.config.rollout_section import RolloutConfig
+
+    with pytest.raises(ValueError, match=message):
+        RolloutConfig(**overrides)
+    assert "num_generations" not in {f.name for f in dataclasses.fields(ATGRPOConfig)}
 
 
 def test_config_accepts_trl_boolean_scale_rewards_and_round_trips():
@@ -479,19 +489,20 @@ def test_config_accepts_trl_boolean_scale_rewards_and_round_trips():
 def test_config_doubles_as_a_command_line_through_hf_argument_parser():
     from transformers import HfArgumentParser
 
-    (config,) = HfArgumentParser(ATGRPOConfig).parse_args_into_dataclasses(
+    from pettingllms.config.rollout_section import RolloutConfig
+
+    config, rollout = HfArgumentParser((ATGRPOConfig, RolloutConfig)).parse_args_into_dataclasses(
         [
-            "--policy_level", "L2",
             "--train_seed_range", "5", "50",
-            "--agent_policies", '{"tool": "coder", "plan": "planner"}',
-            "--turn_order", "tool", "plan",
             "--epsilon_high", "0.28",
             "--scale_rewards", "none",
+            "--lr_scheduler_type", "linear",
+            "--num_generations", "2",
         ]
     )  # fmt: skip
     assert config.train_seed_range == [5, 50] and config.epsilon_high == 0.28
-    assert config.agent_policies == {"tool": "coder", "plan": "planner"}
-    assert config.turn_order == ["tool", "plan"] and config.scale_rewards == "none"
+    assert config.scale_rewards == "none" and config.lr_scheduler_type == "linear"
+    assert rollout.num_generations == 2
 
 
 def test_micro_batch_groups_keep_rows_with_one_key_together():

@@ -15,6 +15,7 @@ import torch
 
 from comlrl.policy import MultiAgentPolicy
 from comlrl.trainers.core.trainer_core import TrainerCore
+from pettingllms.config.rollout_section import RolloutConfig
 from pettingllms.execution import EngineConfig, PolicyConfig, RolloutEngine, build_policy, build_router
 from pettingllms.trainer.at_grpo import ATGRPOTrainer
 from pettingllms.trainer.at_grpo_config import ATGRPOConfig
@@ -40,7 +41,7 @@ def make_trainer(tmp_path, model_path, level="L1", cls=BonusTrainer, name="run",
         seed=1,
     )
     values.update(overrides)
-    return cls(ATGRPOConfig(**values), model=model_path, env_config=ENV)
+    return cls.from_flat(values, model=model_path, env_config=ENV)
 
 
 def perturb_adapters(policy) -> None:
@@ -233,22 +234,24 @@ def test_save_model_and_evaluate(tmp_path, tiny_model_path):
         trainer.evaluate([5, 1_000_000])
 
 
-def test_an_engine_whose_sampling_differs_from_the_config_is_an_error(tmp_path, tiny_model_path):
+def test_a_prebuilt_engine_is_the_sampling_the_trainer_scores(tmp_path, tiny_model_path):
     policy = build_policy(PolicyConfig(policy_level="L1", model=tiny_model_path), ["tool", "plan"])
     engine = RolloutEngine.from_registry(
         "plan_path", {**ENV, "max_turns": 2}, build_router(policy), EngineConfig(num_generations=2, temperature=0.7)
     )
-    config = ATGRPOConfig(num_generations=2, output_dir=str(tmp_path), disable_tqdm=True)
-    with pytest.raises(ValueError, match=r"`engine.config.temperature` \(0.7\) differs"):
-        ATGRPOTrainer(config, policy=policy, engine=engine)
+    config = ATGRPOConfig(output_dir=str(tmp_path), disable_tqdm=True)
+    trainer = ATGRPOTrainer(config, policy=policy, engine=engine)
+    assert trainer.updaters["shared"].temperature == 0.7
+    with pytest.raises(ValueError, match="give `engine` or `rollout`, not both"):
+        ATGRPOTrainer(config, policy=policy, engine=engine, rollout=RolloutConfig())
     with pytest.raises(ValueError, match="`engine` was given without `policy`"):
         ATGRPOTrainer(config, engine=engine)
 
 
 def test_workflow_settings_given_twice_must_agree(tmp_path, tiny_model_path):
-    config = ATGRPOConfig(max_turns=2, output_dir=str(tmp_path), disable_tqdm=True)
-    with pytest.raises(ValueError, match=r"`max_turns` is 2 in the config but 3 in `env_config`"):
-        ATGRPOTrainer(config, model=tiny_model_path, env_config={**ENV, "max_turns": 3})
+    values = dict(max_turns=2, output_dir=str(tmp_path), disable_tqdm=True)
+    with pytest.raises(ValueError, match=r"`max_turns` is 2 in the settings but 3 in `env_config`"):
+        ATGRPOTrainer.from_flat(values, model=tiny_model_path, env_config={**ENV, "max_turns": 3})
     with pytest.raises(ValueError, match="`resume_from_checkpoint` is True but"):
         make_trainer(tmp_path, tiny_model_path, "L1", name="empty").train(resume_from_checkpoint=True)
 

@@ -20,7 +20,7 @@ TINY_L0 = [
     "rollout.max_completion_length=12",
     "rollout.transcripts_rate=0.0",
     "sft.num_problems=4",
-    "sft.epochs=2",
+    "sft.num_train_epochs=2",
     "grpo.max_steps=1",
     "grpo.problems_per_step=2",
     "grpo.save_steps=1",
@@ -56,7 +56,7 @@ def test_python_dash_m_pettingllms_runs_the_cli():
     ("overrides", "named"),
     [
         (["at_grpo.lr=1"], "unknown key `at_grpo.lr`"),
-        (["sft.epochs=many"], "`sft.epochs` must be int"),
+        (["sft.num_train_epochs=many"], "`sft.num_train_epochs` must be int"),
         (["at_grpo.loss_type=ppo"], "section `at_grpo`: `loss_type` must be one of"),
         (["env.name=chess"], "chess"),
         (["run.backend=slurm"], "`run.backend` must be one of ['local', 'ray'], got 'slurm'"),

@@ -33,7 +33,7 @@ QUICK = [
     "env.max_turns=1",
     "rollout.max_completion_length=8",
     "sft.num_problems=4",
-    "sft.epochs=1",
+    "sft.num_train_epochs=1",
     "eval.num_instances=2",
     "--no-progress",
 ]
@@ -100,8 +100,8 @@ def test_a_misspelled_override_key_suggests_the_close_one(overrides, expected):
 
 def test_a_misspelled_file_key_suggests_the_close_one_and_a_far_one_does_not(tmp_path):
     close = tmp_path / "close.yaml"
-    close.write_text("sft:\n  epoch: 2\n")
-    with pytest.raises(ConfigError, match=r"unknown key `sft.epoch` \(.*close\.yaml\); did you mean `sft.epochs`\? known keys"):
+    close.write_text("sft:\n  num_train_epoch: 2\n")
+    with pytest.raises(ConfigError, match=r"unknown key `sft.num_train_epoch` \(.*close\.yaml\); did you mean `sft.num_train_epochs`\? known keys"):
         load_config(close)
     far = tmp_path / "far.yaml"
     far.write_text("sft:\n  zzz: 2\n")
@@ -147,8 +147,8 @@ def _no_config_json(tmp_path: Path) -> str:
         ("plan_path/L9", [], "config 'plan_path/L9' is neither a file nor a shipped config"),
         ("plan_path/L1", ["sft.epoch=2"], "unknown key `sft.epoch`"),
         ("plan_path/L1", ["policy.level=L5"], "`policy.level` must be one of ['L0', 'L1', 'L2', 'L3'], got 'L5'"),
-        ("plan_path/L1", ["sft.epochs=many"], "`sft.epochs` must be int like its default 3, got str 'many'"),
-        ("plan_path/L1", ["sft.epochs"], "an override must look like `section.key=value`, got 'sft.epochs'"),
+        ("plan_path/L1", ["sft.num_train_epochs=many"], "`sft.num_train_epochs` must be int like its default 3, got str 'many'"),
+        ("plan_path/L1", ["sft.num_train_epochs"], "an override must look like `section.key=value`, got 'sft.num_train_epochs'"),
     ],
     ids=["model-path", "model-hub-id", "model-folder", "device-missing", "device-unknown", "dtype", "data-path",
          "config-name", "config-key", "level", "value-type", "override-form"],
@@ -232,13 +232,13 @@ def test_a_run_that_failed_before_its_first_stage_finished_does_not_block(resume
     capsys.readouterr()
 
     # the corrected command (another config, as after fixing a value), resumed or not, starts afresh
-    corrected = [*command, "sft.epochs=2", *(["--resume"] if resume else [])]
+    corrected = [*command, "sft.num_train_epochs=2", *(["--resume"] if resume else [])]
     assert main(corrected) == 0
     out = capsys.readouterr().out
     said = [line for line in out.splitlines() if "ended before its first stage finished" in line]
     assert said == [f"{'--resume: ' if resume else ''}{run_dir} holds a run that ended before its first stage finished; starting afresh"]
     assert [e["folder"] for e in _state(run_dir)["completed"]] == ["sft", "eval"]
-    assert load_config(run_dir / "config.yaml")["sft"]["epochs"] == 2
+    assert load_config(run_dir / "config.yaml")["sft"]["num_train_epochs"] == 2
     assert not (run_dir / "sft" / "leftover.txt").exists()
 
     # a run with finished stages keeps its protection: no silent restart, no resume with another config

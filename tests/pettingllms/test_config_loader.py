@@ -23,6 +23,7 @@ from pettingllms.config import (
     shipped_configs,
     validate_config,
 )
+from pettingllms.config.key_names import section_key
 from pettingllms.config.loader import DEFAULTS_FILE, load_yaml_file, parse_override, parse_value
 
 ENVS = ("plan_path", "sokoban", "sudoku", "code", "math", "search", "household", "webshop", "eight_queens", "blocksworld")
@@ -66,7 +67,7 @@ def test_later_override_wins_and_mapping_override_merges():
         ("env.rows=abc", "`env.rows`", "int"),
         ("env.rows=4.5", "`env.rows`", "int"),
         ("rollout.greedy_branch=1", "`rollout.greedy_branch`", "bool"),
-        ("sft.epochs=true", "`sft.epochs`", "int"),
+        ("sft.num_train_epochs=true", "`sft.num_train_epochs`", "int"),
         ("sft.learning_rate=fast", "`sft.learning_rate`", "float (or int)"),
         ("policy.lora=3", "`policy.lora`", "mapping"),
         ("pipeline=sft", "`pipeline`", "list"),
@@ -109,11 +110,11 @@ def test_unknown_override_keys_are_errors_listing_known_keys(override, key, know
 
 
 def test_override_through_a_value_that_is_not_a_section():
-    with pytest.raises(ConfigError, match=r"`sft.epochs` is not a section \(its value is 3\): cannot set `sft.epochs.x`"):
-        load_config("plan_path/L1", ["sft.epochs.x=1"])
+    with pytest.raises(ConfigError, match=r"`sft.num_train_epochs` is not a section \(its value is 3\): cannot set `sft.num_train_epochs.x`"):
+        load_config("plan_path/L1", ["sft.num_train_epochs.x=1"])
 
 
-@pytest.mark.parametrize("text", ["sft.epochs", "=3", "sft..epochs=1", ".x=1", "sft.epochs=[1,"])
+@pytest.mark.parametrize("text", ["sft.num_train_epochs", "=3", "sft..num_train_epochs=1", ".x=1", "sft.num_train_epochs=[1,"])
 def test_malformed_overrides(text):
     with pytest.raises(ConfigError):
         parse_override(text)
@@ -168,12 +169,12 @@ def _write(path: Path, text: str) -> Path:
 
 
 def test_base_inheritance_deep_merges_along_the_chain(tmp_path):
-    _write(tmp_path / "a.yaml", "env:\n  name: plan_path\n  rows: 6\n  cols: 6\nsft:\n  epochs: 7\n")
+    _write(tmp_path / "a.yaml", "env:\n  name: plan_path\n  rows: 6\n  cols: 6\nsft:\n  num_train_epochs: 7\n")
     _write(tmp_path / "b.yaml", "base: a.yaml\nenv:\n  rows: 4\nrun:\n  seed: 3\n")
-    _write(tmp_path / "sub" / "c.yaml", "base: ../b.yaml\nenv:\n  cols: 3\nsft:\n  batch_size: 2\n")
+    _write(tmp_path / "sub" / "c.yaml", "base: ../b.yaml\nenv:\n  cols: 3\nsft:\n  per_device_train_batch_size: 2\n")
     config = load_config(tmp_path / "sub" / "c.yaml")
     assert (config["env"]["rows"], config["env"]["cols"]) == (4, 3)  # b over a, c over b
-    assert config["sft"]["epochs"] == 7 and config["sft"]["batch_size"] == 2
+    assert config["sft"]["num_train_epochs"] == 7 and config["sft"]["per_device_train_batch_size"] == 2
     assert config["run"]["seed"] == 3
     defaults = load_yaml_file(DEFAULTS_FILE)
     assert config["sft"]["learning_rate"] == defaults["sft"]["learning_rate"]  # untouched keys: defaults
@@ -280,7 +281,7 @@ def test_shipped_config_loads_and_resolves(path, tmp_path, code_data_root, searc
     assert sft.num_problems == config["sft"]["num_problems"]
     stage_only = {"num_problems", "seed_start"}
     for stage, cls in (("madpo", MADPOIterConfig), ("marlhf", MARLHFIterConfig)):
-        known = {f.name for f in dataclasses.fields(cls)} | stage_only
+        known = {section_key(stage, f.name) for f in dataclasses.fields(cls)} | stage_only  # TRL's names
         assert set(config[stage]) <= known, sorted(set(config[stage]) - known)
     # the saved resolved config is complete: loading it again gives the same config
     saved = save_resolved_config(config, tmp_path / "run")

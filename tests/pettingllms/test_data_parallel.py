@@ -32,7 +32,6 @@ import pytest
 import torch
 
 from comlrl.checkpoint import read_trainer_state
-from pettingllms.trainer.at_grpo_config import ATGRPOConfig
 from tests.helpers.two_ranks import in_this_process, launch_two_ranks
 from tests.pettingllms import data_parallel_job as job
 
@@ -143,7 +142,7 @@ def test_a_resume_on_two_ranks_continues_exactly_and_on_one_process_is_an_error(
     lines = (two / "l1_resume" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [2]  # its own folder: the steps it ran, once
     values = job.at_grpo_values("l1_tree", tmp_path)
-    trainer = job.BonusTrainer(ATGRPOConfig(**values), model=tiny_model_path, env_config=job.ENV)
+    trainer = job.BonusTrainer.from_flat(values, model=tiny_model_path, env_config=job.ENV)
     checkpoint = two / "l1_tree" / "checkpoint-1"
     with pytest.raises(ValueError, match=rf"checkpoint {checkpoint} was written by a run of world size 2; "
                                          r"this run has world size 1: resume on the same number of processes"):

@@ -166,7 +166,7 @@ def test_accelerate_fsdp_variables_become_settings():
 
 @pytest.mark.parametrize(("variable", "value", "message"), [
     ("ACCELERATE_USE_FSDP", "maybe", r"`ACCELERATE_USE_FSDP` must be true or false, got 'maybe'"),
-    ("FSDP_VERSION", "1", r"`FSDP_VERSION` is '1' \(accelerate's `fsdp_version`\): pettingllms shards with FSDP2"),
+    ("FSDP_VERSION", "1", r"`FSDP_VERSION` is '1' \(accelerate's `fsdp_version`\): the trainers shard with FSDP2"),
     ("FSDP_OFFLOAD_PARAMS", "true", r"`FSDP_OFFLOAD_PARAMS` is true: CPU offload is not built"),
     ("FSDP_ACTIVATION_CHECKPOINTING", "true", r"`FSDP_ACTIVATION_CHECKPOINTING` is true: activation checkpointing"),
     ("FSDP_AUTO_WRAP_POLICY", "SIZE_BASED_WRAP", r"`FSDP_AUTO_WRAP_POLICY` is 'SIZE_BASED_WRAP': .* TRANSFORMER_BASED_WRAP only"),

@@ -35,7 +35,7 @@ TINY = [
     "rollout.max_completion_length=16",
     "rollout.transcripts_rate=0.0",
     "sft.num_problems=12",
-    "sft.epochs=6",
+    "sft.num_train_epochs=6",
     "sft.learning_rate=1e-2",
     "at_grpo.max_steps=2",
     "at_grpo.problems_per_step=2",
@@ -107,7 +107,7 @@ def test_at_grpo_config_takes_policy_rollout_and_run_sections():
         ("plan_path/L1", ["at_grpo.loss_type=ppo"], r"section `at_grpo`: `loss_type` must be one of"),
         ("plan_path/L1", ["rollout.temperature=0"], r"`temperature`.*\(set through `rollout.temperature`\)"),
         ("plan_path/L1", ["pipeline=[grpo]"], r"`grpo` .* needs `policy.level` L0, got 'L1'"),
-        ("plan_path/L1", ["pipeline=[madpo]", "madpo.dpo_beta=0"], r"section `madpo`: .*dpo_beta"),
+        ("plan_path/L1", ["pipeline=[madpo]", "madpo.beta=0"], r"section `madpo`: .*dpo_beta"),
         ("plan_path/L1", ["eval.num_samples=0"], r"`eval.num_samples` must be an integer >= 1"),
         ("plan_path/L1", ["at_grpo.train_seed_range=[0, 2000000]"], r"`at_grpo.train_seed_range` / `eval.seed_start`"),
         ("plan_path/L1", ["at_grpo.max_completions=-1"], r"section `at_grpo`: `max_completions` must be an integer >= 0"),
@@ -151,7 +151,7 @@ def test_completion_counter_stops_at_the_budget_and_spaces_evaluations():
 
 
 def test_preference_config_maps_rollout_and_run():
-    config = load_config("plan_path/L1", ["rollout.max_completion_length=12", "run.seed=3", "madpo.dpo_beta=0.2"])
+    config = load_config("plan_path/L1", ["rollout.max_completion_length=12", "run.seed=3", "madpo.beta=0.2"])
     args = preference_config("madpo", config, "out/madpo", num_agents=2)
     assert (args.max_new_tokens, args.temperature, args.seed, args.dpo_beta) == (12, 1.0, 3, 0.2)
     assert (args.num_agents, args.output_dir, args.num_iterations) == (2, "out/madpo", 2)
@@ -318,8 +318,8 @@ def test_madpo_stage_trains_through_comlrl_with_the_environment_as_oracle(tiny_r
     warm = tiny_run[0] / "sft" / "policies" / "shared"  # the warm-started model: parseable answers
     run_dir = tmp_path / "madpo_run"
     config = tiny_config(
-        warm, run_dir, "pipeline=[madpo]", "madpo.num_problems=8", "madpo.num_iterations=1",
-        "madpo.preference_num_candidates=4", "madpo.train_batch_size=2",
+        warm, run_dir, "pipeline=[madpo]", "madpo.num_problems=8", "madpo.num_rounds=1",
+        "madpo.preference_num_candidates=4", "madpo.per_device_train_batch_size=2",
     )
     before = _weights(warm.parent)
     result, _ = run(config)

@@ -45,7 +45,7 @@ def test_an_updater_on_its_own_moves_the_weights_and_reports_the_metrics_of_the_
     # 16 rows in micro-batches of 4: 4 optimizer steps, so AdamW's state carries across steps too.
     trainer, rows, metrics = captured_step(tmp_path, tiny_model_path, per_device_train_batch_size=4)
     fresh = make_trainer(tmp_path, tiny_model_path, "L1", cls=ATGRPOTrainer, name="fresh")
-    updater = PolicyUpdater(fresh.config, fresh.policy, "shared")
+    updater = PolicyUpdater(fresh.config, fresh.policy, "shared", sampling=fresh.engine.config)
     assert updater.learning_rate() == metrics["policy/shared/learning_rate"]
     result = updater.update(rows, step=1)
     assert isinstance(result, UpdateResult)
@@ -68,7 +68,7 @@ def test_a_non_finite_loss_is_an_event_and_changes_nothing_and_no_guard_counts_i
 ):
     trainer, rows, _ = captured_step(tmp_path, tiny_model_path, per_device_train_batch_size=8)
     fresh = make_trainer(tmp_path, tiny_model_path, "L1", cls=ATGRPOTrainer, name="fresh", per_device_train_batch_size=8)
-    updater = PolicyUpdater(fresh.config, fresh.policy, "shared")
+    updater = PolicyUpdater(fresh.config, fresh.policy, "shared", sampling=fresh.engine.config)
     calls = []
     loss_fn = policy_update.at_grpo_loss
 
@@ -91,13 +91,13 @@ def test_a_non_finite_loss_is_an_event_and_changes_nothing_and_no_guard_counts_i
 
 def test_a_single_process_update_needs_rows_and_a_kl_needs_a_reference(tmp_path, tiny_model_path):
     trainer = make_trainer(tmp_path, tiny_model_path, "L1", cls=ATGRPOTrainer)
-    updater = PolicyUpdater(trainer.config, trainer.policy, "shared")
+    updater = PolicyUpdater(trainer.config, trainer.policy, "shared", sampling=trainer.engine.config)
     with pytest.raises(ValueError, match=r"policy 'shared', step 2: `tensors` is None; a single process needs rows"):
         updater.update(None, step=2)
     config = copy.deepcopy(trainer.config)
     config.beta = 0.1
     with pytest.raises(ValueError, match=r"policy 'shared': `beta` is 0.1 > 0, so a `reference` policy is needed"):
-        PolicyUpdater(config, trainer.policy, "shared")
+        PolicyUpdater(config, trainer.policy, "shared", sampling=trainer.engine.config)
 
 
 class CountingUpdater(PolicyUpdater):

@@ -1,5 +1,6 @@
 """The ``madpo`` / ``marlhf`` pipeline sections take every field of ``MADPOIterConfig`` / ``MARLHFIterConfig``
-(generated from the classes, not listed by hand), validated by the classes with their own messages; the
+their trainers read (generated from the classes, not listed by hand; TRL's names where the public ones
+differ, :mod:`pettingllms.config.key_names`), validated by the classes with their own messages; the
 fields the pipeline sets are refused naming the key that sets them, and a literal secret is refused."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import pytest
 
 from comlrl.trainers.preference import MADPOIterConfig, MARLHFIterConfig
 from pettingllms.config import ConfigError, load_config
+from pettingllms.config.key_names import UNREAD_FIELDS, section_key
 from pettingllms.config.stage_sections import PIPELINE_OWNED_FIELDS
 from pettingllms.pipeline import check_pipeline
 
@@ -28,7 +30,9 @@ def test_every_field_of_the_class_is_a_key_of_the_section_but_the_pipeline_s(sta
     fields = {f.name for f in dataclasses.fields(CLASSES[stage]) if f.init}
     secrets = set(getattr(CLASSES[stage], "_secret_fields", ()))
     assert set(PIPELINE_OWNED_FIELDS) == PIPELINE_SET
-    assert set(section) == (fields - PIPELINE_SET - secrets) | {"num_problems", "seed_start"}
+    unread = set(UNREAD_FIELDS[stage])  # public fields the stage's trainer never reads: no keys
+    keys = {section_key(stage, f) for f in fields - PIPELINE_SET - secrets - unread}  # TRL's names (key_names)
+    assert set(section) == keys | {"num_problems", "seed_start"}
     # a field the stage does not set keeps the class's default; sampling left null comes from `rollout`
     made = settings(stage)
     assert made.preference_replay_mode == CLASSES[stage]().preference_replay_mode
@@ -38,7 +42,7 @@ def test_every_field_of_the_class_is_a_key_of_the_section_but_the_pipeline_s(sta
 def test_a_section_reaches_every_knob_of_the_trainer_config():
     made = settings("madpo", "madpo.comparator_policy=history", "madpo.preference_replay_mode=lambda_decay",
                     "madpo.preference_replay_lambda=0.5",
-                    "madpo.pair_selection=random", "madpo.max_new_tokens=12", "madpo.top_p=0.9")
+                    "madpo.pair_selection=random", "madpo.max_completion_length=12", "madpo.top_p=0.9")
     assert (made.comparator_policy, made.preference_replay_mode, made.pair_selection) == ("history", "lambda_decay", "random")
     assert (made.max_new_tokens, made.top_p, made.seed) == (12, 0.9, 0)
     rl = settings("marlhf", "marlhf.rl_algorithm=maac", "marlhf.reference_kl_enabled=true", "run.seed=7")

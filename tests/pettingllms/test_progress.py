@@ -32,7 +32,7 @@ def test_demonstrations_show_a_bar_only_when_asked(capsys):
 
 def test_sft_stage_passes_the_runs_progress_switch_to_every_bar(tiny_model_path, capfd):
     torch.set_num_threads(1)
-    config = load_config("plan_path/L1", ["env.rows=3", "env.cols=3", "sft.num_problems=3", "sft.epochs=1"])
+    config = load_config("plan_path/L1", ["env.rows=3", "env.cols=3", "sft.num_problems=3", "sft.num_train_epochs=1"])
     policy = MultiAgentPolicy.shared(tiny_model_path, ["tool", "plan"])
     sft_stage(policy, config, progress=False)
     assert "demonstrations" not in capfd.readouterr().err

@@ -51,7 +51,7 @@ def _overrides(config_name: str, run_dir: Path) -> list[str]:
         "model.name=test-tiny", f"run.output_dir={run_dir}", "run.progress=false", "run.report_to=none",
         "rollout.max_completion_length=8", "rollout.num_generations=2", "env.max_turns=1",
         "at_grpo.max_steps=1", "at_grpo.problems_per_step=2", "at_grpo.per_device_train_batch_size=2",
-        "at_grpo.save_steps=0", "sft.num_problems=2", "sft.batch_size=2", "eval.before_training_instances=1",
+        "at_grpo.save_steps=0", "sft.num_problems=2", "sft.per_device_train_batch_size=2", "eval.before_training_instances=1",
     ]
     for name in config["eval"]["benchmarks"]:
         small += [f"eval.benchmarks.{name}.num_instances=2", f"eval.benchmarks.{name}.max_completion_length=8"]

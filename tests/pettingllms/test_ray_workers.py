@@ -202,7 +202,7 @@ def test_a_placement_the_cluster_cannot_hold_is_refused_before_any_worker_starts
 def pipeline_run(model_path, run_dir, *extra):
     config = load_config("plan_path/L3", [
         f"model.name={model_path}", f"run.output_dir={run_dir}", "env.max_turns=1", "rollout.num_generations=2",
-        "rollout.max_completion_length=16", "rollout.transcripts_rate=0.5", "sft.num_problems=12", "sft.epochs=6",
+        "rollout.max_completion_length=16", "rollout.transcripts_rate=0.5", "sft.num_problems=12", "sft.num_train_epochs=6",
         "sft.learning_rate=1e-2", "at_grpo.max_steps=2", "at_grpo.problems_per_step=3", "at_grpo.save_steps=1",
         "at_grpo.learning_rate=1e-3", "eval.num_instances=3", "run.progress=false", *extra,
     ])

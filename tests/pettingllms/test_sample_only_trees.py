@@ -134,7 +134,7 @@ def test_sample_only_trees_leave_the_policy_alone_and_madpo_trains_it(tiny_model
     config = load_config("plan_path/L1", [
         f"model.name={tiny_model_path}", f"run.output_dir={run}", *TINY, "at_grpo.update_policy=false",
         "at_grpo.max_steps=3", "at_grpo.max_completions=12", "at_grpo.learning_rate=1e-2",
-        "madpo_from_trees.agent_learning_rate=1e-2", "pipeline=[at_grpo, madpo_from_trees, at_grpo, madpo_from_trees]",
+        "madpo_from_trees.learning_rate=1e-2", "pipeline=[at_grpo, madpo_from_trees, at_grpo, madpo_from_trees]",
     ])
     result = Pipeline(config, out=None, plots=False).run()
     initial = load_file(f"{tiny_model_path}/model.safetensors")

@@ -46,7 +46,7 @@ def _changed(before, params):
 
 
 def _train(policy, demos, **overrides):
-    kwargs = dict(epochs=2, learning_rate=1e-2, batch_size=4, seed=0, max_length=2048, progress=False)
+    kwargs = dict(num_train_epochs=2, learning_rate=1e-2, per_device_train_batch_size=4, seed=0, max_length=2048, progress=False)
     kwargs.update(overrides)
     return sft_warm_start(policy, demos, **kwargs)
 
@@ -245,7 +245,7 @@ def test_shuffled_batches_are_seeded_permutations():
 
 def test_config_validation_names_the_field():
     assert SFTWarmStartConfig(num_problems=3, seed_start=5).seeds == range(5, 8)
-    for field, value in (("epochs", 0), ("batch_size", 1.5), ("learning_rate", 0), ("max_grad_norm", -1),
+    for field, value in (("num_train_epochs", 0), ("per_device_train_batch_size", 1.5), ("learning_rate", 0), ("max_grad_norm", -1),
                          ("seed_start", -2), ("num_problems", True)):
         with pytest.raises(ValueError, match=f"`{field}` must be"):
             SFTWarmStartConfig(**{field: value})
@@ -258,7 +258,7 @@ def test_shared_policy_trains_on_every_role_and_loss_decreases(tiny_model_path):
     params = policy.trainable_parameters("shared")
     before = _snapshot(params)
     demos = _demos(range(6))
-    metrics = _train(policy, demos, epochs=4)
+    metrics = _train(policy, demos, num_train_epochs=4)
     assert metrics["sft/shared/examples"] == 12 and metrics["sft/shared/dropped_too_long"] == 0
     assert metrics["sft/shared/steps"] == 4 * 3 == metrics["sft/steps"]
     assert policy.version("shared") == 12  # one bump per optimizer step
@@ -304,7 +304,7 @@ def test_training_is_seeded_and_leaves_the_callers_rng_alone(tiny_model_path):
 
     def run(seed):
         policy = MultiAgentPolicy.shared(tiny_model_path, ["tool", "plan"])
-        metrics = _train(policy, demos, seed=seed, batch_size=3, epochs=2)
+        metrics = _train(policy, demos, seed=seed, per_device_train_batch_size=3, num_train_epochs=2)
         return metrics, [p.detach().clone() for p in policy.trainable_parameters("shared")]
 
     state = torch.get_rng_state()
@@ -334,7 +334,7 @@ def test_sft_stage_plays_every_workflow_and_trains_their_roles(tiny_model_path):
     from pettingllms.config import load_config
     from pettingllms.stages.sft import sft_demonstrations, sft_role_order, sft_settings
 
-    overrides = ["env.rows=3", "env.cols=3", "sft.num_problems=3", "sft.epochs=1", "sft.batch_size=4",
+    overrides = ["env.rows=3", "env.cols=3", "sft.num_problems=3", "sft.num_train_epochs=1", "sft.per_device_train_batch_size=4",
                  "sft.workflows=[[single], [tool, plan]]"]
     config = load_config("plan_path/L1", overrides)
     settings = sft_settings("sft", config)
@@ -350,8 +350,8 @@ def test_input_errors_name_what_is_wrong(tiny_model_path):
     policy = MultiAgentPolicy.shared(tiny_model_path, ["tool", "plan"])
     with pytest.raises(ValueError, match=r"names agent\(s\) \['critic'\] that the policy lacks"):
         _train(policy, {"critic": [("hi", "there")]})
-    with pytest.raises(ValueError, match="`epochs` must be an integer >= 1"):
-        _train(policy, _demos(range(1)), epochs=0)
+    with pytest.raises(ValueError, match="`num_train_epochs` must be an integer >= 1"):
+        _train(policy, _demos(range(1)), num_train_epochs=0)
     metrics = _train(policy, _demos(range(2)), max_length=8)  # every example is longer: nothing trains
     assert metrics["sft/shared/dropped_too_long"] == 4 and metrics["sft/steps"] == 0
     assert policy.version("shared") == 0
@@ -361,7 +361,7 @@ def test_sft_stage_runs_from_a_config(tiny_model_path, tmp_path):
     from comlrl.reporting import MetricsLogger
     from pettingllms.config import ConfigError, load_config
 
-    overrides = ["env.rows=3", "env.cols=3", "sft.num_problems=3", "sft.epochs=1", "sft.batch_size=4"]
+    overrides = ["env.rows=3", "env.cols=3", "sft.num_problems=3", "sft.num_train_epochs=1", "sft.per_device_train_batch_size=4"]
     config = load_config("plan_path/L1", overrides)
     policy = MultiAgentPolicy.shared(tiny_model_path, ["tool", "plan"])
     logger = MetricsLogger(tmp_path, "none")
@@ -370,8 +370,8 @@ def test_sft_stage_runs_from_a_config(tiny_model_path, tmp_path):
     assert [r["step"] for r in logger.history] == [1, 2] and "sft/shared/loss" in logger.history[0]
     with pytest.raises(ValueError, match="must be disjoint"):
         sft_stage(policy, load_config("plan_path/L1", [*overrides, "eval.seed_start=2"]), progress=False)
-    with pytest.raises(ConfigError, match="section `sft`: `epochs` must be an integer >= 1"):
-        sft_stage(policy, load_config("plan_path/L1", [*overrides, "sft.epochs=0"]), progress=False)
+    with pytest.raises(ConfigError, match="section `sft`: `num_train_epochs` must be an integer >= 1"):
+        sft_stage(policy, load_config("plan_path/L1", [*overrides, "sft.num_train_epochs=0"]), progress=False)
 
 
 # ---- learning (slow) -------------------------------------------------------------------------------
@@ -393,7 +393,7 @@ def test_warm_start_teaches_the_small_model_plan_path(model_cache):
     held_out = range(50_000, 50_032)
     train = make_demonstrations("plan_path", config, range(200), held_out_seeds=held_out)
     policy = MultiAgentPolicy.single("small", ["single"])
-    metrics = sft_warm_start(policy, train, epochs=3, learning_rate=2e-3, batch_size=8, seed=0,
+    metrics = sft_warm_start(policy, train, num_train_epochs=3, learning_rate=2e-3, per_device_train_batch_size=8, seed=0,
                              max_length=1024, progress=False)
     assert metrics["sft/single/loss_last"] < 0.25 * metrics["sft/single/loss_first_step"]
 
@@ -433,5 +433,5 @@ def test_warm_start_steps_through_the_update_engine(tiny_model_path, monkeypatch
     take = optimization.GradientSteps.take
     monkeypatch.setattr(optimization.GradientSteps, "take", lambda self: norms.append(self.last_grad_norm) or take(self))
     policy = MultiAgentPolicy.shared(tiny_model_path, ["tool", "plan"])
-    metrics = _train(policy, _demos(range(3)), epochs=1, max_grad_norm=0.0)
+    metrics = _train(policy, _demos(range(3)), num_train_epochs=1, max_grad_norm=0.0)
     assert len(norms) == metrics["sft/steps"] == 2 and all(n > 0 for n in norms)  # 6 examples, batches of 4

@@ -144,9 +144,9 @@ def test_the_hybrid_pipeline_runs_from_the_cli_and_its_madpo_stage_trains(tiny_m
     monkeypatch.setattr(ATGRPOTrainer, "generate_and_score", lambda self, ids, step: add_candidate_bonus(original(self, ids, step)))
     run = tmp_path / "run"
     code = main(["train", "plan_path/L1_hybrid", f"model.name={tiny_model_path}", f"run.output_dir={run}",
-                 "run.progress=false", "sft.num_problems=4", "sft.epochs=1", "env.max_turns=2",
+                 "run.progress=false", "sft.num_problems=4", "sft.num_train_epochs=1", "env.max_turns=2",
                  "rollout.num_generations=2", "rollout.max_completion_length=6", "at_grpo.max_steps=2",
-                 "at_grpo.problems_per_step=2", "eval.num_instances=2", "madpo_from_trees.agent_learning_rate=1e-2"])
+                 "at_grpo.problems_per_step=2", "eval.num_instances=2", "madpo_from_trees.learning_rate=1e-2"])
     assert code == 0
     assert sorted(p.name for p in (run / "at_grpo" / "tree_pairs").glob("*.json")) == ["iteration_0001.json", "iteration_0002.json"]
     assert not (run / "at_grpo_2" / "tree_pairs").exists()  # the last at_grpo stage has no preference stage after it
@@ -175,7 +175,7 @@ def test_the_stage_s_preference_reference_is_the_policy_it_got(tiny_model_path, 
     code = main(["train", "plan_path/L1", f"model.name={tiny_model_path}", f"run.output_dir={run}", "run.progress=false",
                  "pipeline=[at_grpo, madpo_from_trees]", "eval.before_training=false", "env.max_turns=2",
                  "rollout.num_generations=2", "rollout.max_completion_length=6", "at_grpo.max_steps=2",
-                 "at_grpo.problems_per_step=2", "madpo_from_trees.agent_learning_rate=1e-2",
+                 "at_grpo.problems_per_step=2", "madpo_from_trees.learning_rate=1e-2",
                  "madpo_from_trees.preference_reference=initial", "madpo_from_trees.logging_steps=1"])
     assert code == 0
     logged = [json.loads(line) for line in (run / "madpo_from_trees" / "metrics.jsonl").read_text().splitlines()]

@@ -321,10 +321,11 @@ def test_the_new_keys_are_checked_naming_them():
         validate_config(load_config("plan_path/L1", ["rollout.transcript_state_max_chars='big'"]))
     config = load_config("plan_path/L1", ["rollout.transcript_state_max_chars=2000"])
     validate_config(config)
-    from pettingllms.stages.at_grpo import at_grpo_config
+    from pettingllms.stages.at_grpo import at_grpo_config, rollout_config
+    from pettingllms.trainer.at_grpo_setup import engine_config_for
 
-    trainer = at_grpo_config("at_grpo", config, "/tmp/unused")
-    assert trainer.engine_kwargs()["transcript_state_max_chars"] == 2000
+    engine = engine_config_for(at_grpo_config("at_grpo", config, "/tmp/unused"), rollout_config(config))
+    assert engine.transcript_state_max_chars == 2000
 
 
 def test_the_eval_stage_of_a_pipeline_writes_transcripts_show_reads(tiny_model_path, tmp_path, capsys):

@@ -60,7 +60,7 @@ SHORT = {"pipeline": ("rollout", "checkpoint"), "madpo": ("update", "resume"), "
 WALL_CLOCK = re.compile(r"(^|/)time/|seconds")
 PIPELINE_OVERRIDES = [
     "env.max_turns=2", "rollout.num_generations=2", "rollout.max_completion_length=8",
-    "rollout.transcripts_rate=0.0", "sft.num_problems=4", "sft.epochs=1", "at_grpo.max_steps=3",
+    "rollout.transcripts_rate=0.0", "sft.num_problems=4", "sft.num_train_epochs=1", "at_grpo.max_steps=3",
     "at_grpo.problems_per_step=2", "at_grpo.save_steps=1", "at_grpo.learning_rate=1e-2",
     "eval.num_instances=2", "run.progress=false", "run.seed=3",
 ]

@@ -383,7 +383,7 @@ def at_grpo(model, tmp_path, cls=NaNGroupTrainer, **overrides):
         disable_tqdm=True, seed=1,
     )  # fmt: skip
     values.update(overrides)
-    return cls(ATGRPOConfig(**values), model=model, env_config={"rows": 4, "cols": 4})
+    return cls.from_flat(values, model=model, env_config={"rows": 4, "cols": 4})
 
 
 def shared_params(trainer):

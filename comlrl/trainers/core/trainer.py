@@ -10,7 +10,7 @@ the ``train()`` entry.
   :class:`~comlrl.trainers.core.centralized.CentralizedCollaboration` when one actor writes every role;
 - one AdamW per policy stepped by :class:`~comlrl.trainers.core.optimization.GradientSteps` (accumulation, LR
   schedule, clipping, autocast, ``save_steps``), metrics through :class:`~comlrl.reporting.MetricsLogger`;
-- its place in a data-parallel launch (:mod:`comlrl.trainers.core.data_parallel`).
+- its place in a data-parallel launch (:mod:`.data_parallel`), FSDP when asked (:mod:`.sharded_training`).
 
 Checkpoints, resume and ``save_model`` come from :class:`~comlrl.trainers.core.trainer_core.TrainerCore`. Subclasses implement :meth:`MultiAgentTrainerBase._run` (the training loop of one ``train()`` call, with
 commit points for checkpoints), register the pieces they are composed of with ``add_part`` and add their own
@@ -55,6 +55,7 @@ from comlrl.trainers.core.sampling import (
     prompt_text,
     sample_prompted,
 )
+from comlrl.trainers.core.sharded_training import ShardedTraining, fsdp_for_trainer
 from comlrl.trainers.core.team import (
     agent_count,
     as_items,
@@ -145,6 +146,7 @@ class MultiAgentTrainerBase(TrainerCore):
         args = self._check_args(args)
         # Under accelerate launch / torchrun: join the launch, or refuse it before any model loads.
         self.data_parallel = DataParallel(type(self).__name__, self.data_parallel_refusal(args))
+        fsdp = fsdp_for_trainer(type(self).__name__, self.data_parallel.size, args, lora_config)  # None: no FSDP
         centralized = bool(getattr(args, "is_centralized", False))
         joint = centralized or getattr(args, "comparator_generation_mode", None) == "centralized"
         adapter = centralized_comparator_adapter  # None gives the tagged adapter where one is needed
@@ -194,6 +196,7 @@ class MultiAgentTrainerBase(TrainerCore):
         if args.disable_dropout:
             for model in self.policy.models():
                 disable_dropout(model)
+        self.sharded = None if fsdp is None else ShardedTraining(self.policy, fsdp, self.data_parallel)
 
         role_formatters = resolve_formatters(formatters, self.num_roles or self.num_agents)
         base_oracle = Oracle(reward_func, reward_processor)
@@ -214,10 +217,9 @@ class MultiAgentTrainerBase(TrainerCore):
         self.eval_dataset = as_items(eval_dataset, "eval_dataset")
 
         self.backend = generation_backend(self.policy, args)  # HF, or vLLM with use_vllm
+        trainable = (self.sharded or self.policy).trainable_parameters  # FSDP: the sharded modules'
         self.optimizers_by_policy = {
-            name: build_optimizer(
-                self.policy.trainable_parameters(name), learning_rate=args.agent_learning_rate, foreach=True
-            )
+            name: build_optimizer(trainable(name), learning_rate=args.agent_learning_rate, foreach=True)
             for name in self.policy.policies
         }
         # Micro-batches into optimizer steps: accumulation, clipping, LR schedule, autocast, save_steps.
@@ -227,8 +229,11 @@ class MultiAgentTrainerBase(TrainerCore):
                 self.optimizers_by_policy,
                 device_type=self.policy.device(0).type,
                 apply_step=lambda: self.step_optimizers(),  # a finished group of micro-batches steps
+                sharded=self.sharded is not None,
             )
         )
+        if self.sharded is not None:  # FSDP: checkpoints gather the policies' whole optimizer states
+            self.add_part(self.sharded).whole_optimizers(self.optimizers_by_policy)
         self.data_parallel.attach(self.gradient_steps)
         self._sampling_overrides: dict[str, Any] = {}
         self._verbose = not args.disable_tqdm
@@ -436,6 +441,8 @@ class MultiAgentTrainerBase(TrainerCore):
         getattr(self.backend, "sleep", lambda: None)()  # vLLM's sleep mode frees its GPU memory for the step
         stepped = self.gradient_steps.step()
         if stepped:
+            if self.sharded is not None:  # FSDP: the whole models get the new weights (every rank)
+                self.sharded.push()
             for name in self.optimizers_by_policy:
                 self.policy.bump_version(name)
         return stepped
@@ -521,6 +528,8 @@ class MultiAgentTrainerBase(TrainerCore):
     def idle_update(self) -> None:
         """Under data parallel, this rank's part of a batch is empty: it still joins the micro-batch (zero rows)."""
         self.gradient_steps.start_micro_batch()
+        if self.sharded is not None:  # FSDP: the filler's forward and backward calls
+            self.sharded.fill()
         if self.gradient_steps.end_micro_batch(0):
             self.record_step(0, {})
 
@@ -556,7 +565,8 @@ class MultiAgentTrainerBase(TrainerCore):
         return int(self.data_cursor.get("epochs_done", 0))
 
     def checkpoint_optimizers(self) -> Mapping[str, torch.optim.Optimizer]:
-        return self.optimizers_by_policy
+        sharded, optimizers = self.sharded, self.optimizers_by_policy  # FSDP: one-process (whole) states
+        return optimizers if sharded is None else sharded.whole_optimizers(optimizers)
 
     def check_checkpoint(self, path: Path, saved: TrainerState) -> None:
         """The checkpoint must come from this trainer class with a config that differs only in portable

@@ -19,6 +19,7 @@ from comlrl.validation import check_bool, check_float, check_int, help_field, wa
 __all__ = [
     "LR_SCHEDULER_TYPES",
     "SCHEDULE_KEYWORDS",
+    "OptimizerStepFields",
     "TrainingKnobFields",
     "build_lr_scheduler",
     "check_schedule_keywords",
@@ -61,10 +62,12 @@ _WSD_SHAPES = ("linear", "cosine", "1-sqrt")
 
 
 @dataclass
-class TrainingKnobFields:
+class OptimizerStepFields:
     r"""
-    The optimisation knobs of every comlrl trainer config (transformers' `TrainingArguments` names and
-    meanings); a mixin of [`TrainerConfig`]. The defaults keep the public CoMLRL behaviour.
+    The optimizer-step knobs every trainer config shares (transformers' `TrainingArguments` names and
+    meanings): accumulation, the LR schedule and clipping; the base of [`TrainingKnobFields`] (comlrl's
+    trainers) and of pettingllms' `ATGRPOConfig`, which override only the defaults that differ. Checked once,
+    here (`_validate_step_knobs`).
 
     Parameters:
         > Parameters that control the optimizer steps
@@ -88,6 +91,56 @@ class TrainingKnobFields:
         max_grad_norm (`float`, *optional*):
             Clip each policy's (and each critic's) gradient norm to this value; `None` or `0` does not clip
             (the public library does not; transformers' default is 1.0).
+    """
+
+    gradient_accumulation_steps: int = help_field("Micro-batches per optimizer step.", 1)
+    lr_scheduler_type: str = help_field(
+        "transformers' LR schedule name (constant, constant_with_warmup, linear, cosine, ...).", "constant"
+    )
+    lr_scheduler_kwargs: dict | None = help_field("Extra keywords of the LR schedule.", None)
+    warmup_steps: int = help_field("Linear warm-up steps (overrides warmup_ratio when > 0).", 0)
+    warmup_ratio: float = help_field("Warm-up as a fraction of the schedule's steps, in [0, 1].", 0.0)
+    max_grad_norm: float | None = help_field("Clip each policy's gradient norm to this; None or 0: no clip.", None)
+
+    def _normalize_training_knobs(self) -> None:
+        if isinstance(self.lr_scheduler_type, str):
+            self.lr_scheduler_type = self.lr_scheduler_type.strip().lower()
+        if isinstance(self.lr_scheduler_kwargs, str):  # a JSON object on a command line
+            import json
+
+            self.lr_scheduler_kwargs = json.loads(self.lr_scheduler_kwargs) if self.lr_scheduler_kwargs else None
+
+    def _validate_step_knobs(self) -> None:
+        """The rules of this class's fields (:func:`check_schedule_keywords` is left to the caller, which runs
+        it after its own fields, so the first error reported stays the one it always was)."""
+        check_int("gradient_accumulation_steps", self.gradient_accumulation_steps, minimum=1)
+        if self.lr_scheduler_type not in LR_SCHEDULER_TYPES:
+            raise ValueError(
+                f"`lr_scheduler_type` must be one of: {', '.join(LR_SCHEDULER_TYPES)}, got {self.lr_scheduler_type!r}"
+            )
+        if self.lr_scheduler_kwargs is not None and not isinstance(self.lr_scheduler_kwargs, dict):
+            raise ValueError(f"`lr_scheduler_kwargs` must be a dict or None, got {self.lr_scheduler_kwargs!r}")
+        check_int("warmup_steps", self.warmup_steps, minimum=0)
+        check_float("warmup_ratio", self.warmup_ratio, ge=0, le=1)
+        check_float("max_grad_norm", self.max_grad_norm, ge=0, optional=True)
+
+    def _warn_ineffective_training_knobs(self) -> None:
+        if self.lr_scheduler_type == "constant" and (self.warmup_steps or self.warmup_ratio):
+            warn(
+                "`warmup_steps` / `warmup_ratio` have no effect with lr_scheduler_type='constant' (as in "
+                "transformers); use 'constant_with_warmup'"
+            )
+
+
+@dataclass
+class TrainingKnobFields(OptimizerStepFields):
+    r"""
+    The optimisation knobs of every comlrl trainer config (transformers' `TrainingArguments` names and
+    meanings); a mixin of [`TrainerConfig`]. The defaults keep the public CoMLRL behaviour. The optimizer-step
+    knobs (`gradient_accumulation_steps`, `lr_scheduler_type`, `lr_scheduler_kwargs`, `warmup_steps`,
+    `warmup_ratio`, `max_grad_norm`) are those of [`OptimizerStepFields`].
+
+    Parameters:
         bf16 (`bool`, *optional*, defaults to `False`):
             Forward passes under `torch.autocast` in bfloat16 (weights and optimizer states stay float32);
             works on CPU and GPU.
@@ -100,50 +153,18 @@ class TrainingKnobFields:
             docs/compatibility.md for how this combines with `train(checkpoint_interval=...)`.
     """
 
-    gradient_accumulation_steps: int = help_field("Micro-batches per optimizer step.", 1)
-    lr_scheduler_type: str = help_field(
-        "transformers' LR schedule name (constant, constant_with_warmup, linear, cosine, ...).", "constant"
-    )
-    lr_scheduler_kwargs: dict | None = help_field("Extra keywords of the LR schedule.", None)
-    warmup_steps: int = help_field("Linear warm-up steps (overrides warmup_ratio when > 0).", 0)
-    warmup_ratio: float = help_field("Warm-up as a fraction of the schedule's steps, in [0, 1].", 0.0)
-    max_grad_norm: float | None = help_field("Clip each policy's gradient norm to this; None or 0: no clip.", None)
     bf16: bool = help_field("Autocast forward passes to bfloat16.", False)
     fp16: bool = help_field("Autocast forward passes to float16 with loss scaling (CUDA only).", False)
     save_steps: int | None = help_field("Checkpoint every this many optimizer steps; None: never.", None)
 
-    def _normalize_training_knobs(self) -> None:
-        if isinstance(self.lr_scheduler_type, str):
-            self.lr_scheduler_type = self.lr_scheduler_type.strip().lower()
-        if isinstance(self.lr_scheduler_kwargs, str):  # a JSON object on a command line
-            import json
-
-            self.lr_scheduler_kwargs = json.loads(self.lr_scheduler_kwargs) if self.lr_scheduler_kwargs else None
-
     def _validate_training_knobs(self) -> None:
-        check_int("gradient_accumulation_steps", self.gradient_accumulation_steps, minimum=1)
-        if self.lr_scheduler_type not in LR_SCHEDULER_TYPES:
-            raise ValueError(
-                f"`lr_scheduler_type` must be one of: {', '.join(LR_SCHEDULER_TYPES)}, got {self.lr_scheduler_type!r}"
-            )
-        if self.lr_scheduler_kwargs is not None and not isinstance(self.lr_scheduler_kwargs, dict):
-            raise ValueError(f"`lr_scheduler_kwargs` must be a dict or None, got {self.lr_scheduler_kwargs!r}")
-        check_int("warmup_steps", self.warmup_steps, minimum=0)
-        check_float("warmup_ratio", self.warmup_ratio, ge=0, le=1)
-        check_float("max_grad_norm", self.max_grad_norm, ge=0, optional=True)
+        self._validate_step_knobs()
         check_bool("bf16", self.bf16)
         check_bool("fp16", self.fp16)
         if self.bf16 and self.fp16:
             raise ValueError("`bf16` and `fp16` are both True: choose one autocast precision")
         check_int("save_steps", self.save_steps, minimum=1, optional=True)
         check_schedule_keywords(self)  # the schedule's keywords and what it needs, without building it
-
-    def _warn_ineffective_training_knobs(self) -> None:
-        if self.lr_scheduler_type == "constant" and (self.warmup_steps or self.warmup_ratio):
-            warn(
-                "`warmup_steps` / `warmup_ratio` have no effect with lr_scheduler_type='constant' (as in "
-                "transformers); use 'constant_with_warmup'"
-            )
 
 
 def warmup_steps_for(settings: Any, horizon: int) -> int:

@@ -36,6 +36,10 @@ optimizer steps (counted in ``nonfinite_losses_skipped``, logged naming the agen
 ``max_nonfinite_losses_in_a_row`` skipped updates in a row stop the run.
 Log-probs are taken at temperature 1 (the policy's own distribution), as the public library does.
 
+FSDP (:mod:`comlrl.trainers.core.sharded_training`): the update scores on the sharded modules, a rank without
+rows runs :func:`~comlrl.trainers.online_rl.agent_update.fill_policy_gradient`, and a non-finite agent's loss
+is still back-propagated (weight zero, the later agents' too) before the update is dropped on every rank.
+
 Metrics per update: ``loss``, ``turn_1/reward_mean``, ``turn_1/expected_return`` (single turn: the same),
 ``reward_std``, ``frac_reward_zero_std``, ``advantage_mean``, ``advantage_std``,
 ``completions/mean_length``, with reference KL ``turn_1/reference_kl_mean`` and
@@ -50,7 +54,6 @@ import logging
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +67,6 @@ from comlrl.rl import (
     finite_group_mask,
     group_stats,
     is_finite,
-    nonfinite_names,
     policy_gradient_loss,
     value_loss,
 )
@@ -73,8 +75,10 @@ from comlrl.trainers.core.optimization import accumulated_steps, build_optimizer
 from comlrl.trainers.core.oracle import NonFiniteRewardError
 from comlrl.trainers.core.reference import ReferencePolicy, shaped_rewards
 from comlrl.trainers.core.sampling import ItemSample
+from comlrl.trainers.core.sharded_training import on_sharded_modules
 from comlrl.trainers.core.trainer import MultiAgentTrainerBase
 from comlrl.trainers.core.trainer_core import TrainerPart
+from comlrl.trainers.online_rl.agent_update import AgentLoss, fill_policy_gradient, nonfinite_parts
 from comlrl.trainers.online_rl.critics import ValueModel, agent_critic_text, build_critics, joint_critic_text
 
 logger = logging.getLogger(__name__)
@@ -86,22 +90,6 @@ MAGRPO_FAMILY = ("magrpo", "mareinforce", "marloo", "maremax")
 CRITICS_PAYLOAD = "critics"
 CRITICS_FILE = "critics.pt"
 REFERENCE_DIR = "reference_policy"
-
-
-@dataclass
-class AgentLoss:
-    """One agent's part of an update: ``loss`` (policy gradient), ``total`` (plus the weighted value loss of
-    its own critic, iac), the scored log-probs and mask ``[N, T]``, per-completion ``kl`` and
-    ``advantages`` ``[N]``, the critic's ``values`` and ``value_loss`` (None without a critic)."""
-
-    loss: torch.Tensor
-    total: torch.Tensor
-    logprobs: torch.Tensor
-    mask: torch.Tensor
-    kl: torch.Tensor
-    advantages: torch.Tensor
-    values: torch.Tensor | None
-    value_loss: torch.Tensor | None
 
 
 def task_reward_fn(trainer: MultiAgentTrainerBase) -> RewardFn:
@@ -178,6 +166,8 @@ class PolicyLearner(TrainerPart):
             )
         if args.loss_type == "dapo":  # TRL's dapo: an agent's tokens of the whole optimizer step (micro-batches, ranks)
             trainer.gradient_steps.add_divisors(*(f"tokens/{a}" for a in range(len(trainer.agent_names))))
+        if trainer.sharded is not None:  # FSDP: a rank without rows in an update batch makes the same calls
+            trainer.sharded.filler = lambda: fill_policy_gradient(self)
 
     # ------------------------------------------------------------------------------------ the epoch
     def planned_steps(self, num_items: int) -> int:
@@ -252,6 +242,7 @@ class PolicyLearner(TrainerPart):
         self.trainer.save_due_checkpoint()
 
     # ------------------------------------------------------------------------------------ one update
+    @on_sharded_modules
     def training_step(
         self,
         samples: Sequence[ItemSample],
@@ -290,6 +281,7 @@ class PolicyLearner(TrainerPart):
             with steps.autocast():
                 critic_values = self._joint_values(samples, k).float()
         agent_losses, advantages_seen, kls, lengths = [], [], [], []
+        bad = None  # FSDP: the first non-finite agent's parts; every agent still back-propagates (weight zero)
         for a, agent in enumerate(trainer.agent_names):
             model = trainer.policy.handle(agent).model
             agent_ret = per_agent[a] if per_agent is not None else returns
@@ -298,9 +290,13 @@ class PolicyLearner(TrainerPart):
             with trainer.policy.activate(agent), scoring_mode(model, args.disable_dropout):
                 with steps.autocast():
                     out = self.agent_loss(a, samples, agent_ret, groups, critic_values, baseline)
-                if not is_finite(out.total):  # one sync; every non-finite part reaches the total
-                    return self._skip(where, f"{', '.join(_nonfinite_parts(out))} of agent {a}")
+                if bad is None and not is_finite(out.total):  # one sync; every non-finite part reaches the total
+                    bad = f"{', '.join(nonfinite_parts(out))} of agent {a}"
+                    if trainer.sharded is None:
+                        return self._skip(where, bad)
                 value = None if out.value_loss is None else args.value_loss_coef * out.value_loss.to(out.loss.device)
+                if bad is not None:
+                    out.total, out.loss, value = out.total * 0.0, out.loss * 0.0, None
                 steps.backward_policy(out.total, rows, loss_type=args.loss_type, policy_loss=out.loss,
                                       tokens=float(out.mask.sum()), value_loss=value, agent=a)  # fmt: skip
             if out.value_loss is not None:
@@ -309,6 +305,8 @@ class PolicyLearner(TrainerPart):
             advantages_seen.append(out.advantages.detach().float().cpu())
             kls.append(out.kl.detach().float().cpu())
             lengths.append(out.mask.sum(-1).float().cpu())
+        if bad is not None:
+            return self._skip(where, bad)
         if self.algorithm == "maac":
             v_loss = self._value_loss(critic_values, returns)
             if not is_finite(v_loss):  # the critic values were checked with every agent's loss
@@ -368,6 +366,8 @@ class PolicyLearner(TrainerPart):
             advantages = self.advantages(returns.to(device), kl, groups.to(device), values, old_values)
         else:  # inf logits give an inf KL, and no advantage: training_step skips the update on it
             advantages = torch.full_like(kl, math.nan)
+            if trainer.sharded is not None and self.critics and args.advantage_normalization:
+                trainer.data_parallel.whiten(kl[:0])  # FSDP: the other ranks' whitening, in its place
         loss = policy_gradient_loss(
             logprobs,
             advantages,
@@ -584,16 +584,3 @@ def _check_rewards(rewards: Any, samples: Sequence[ItemSample], k: int) -> None:
         raise RuntimeError(
             f"the reward function returned {[len(r) for r in rewards]} scores for {len(samples)} items of {k} joint responses each"
         )
-
-
-def _nonfinite_parts(out: AgentLoss) -> list[str]:
-    """What of one agent's loss is non-finite, most specific first (log-probs explain a NaN loss)."""
-    parts = {
-        "log-probs": out.logprobs,
-        "reference KL": out.kl,
-        "critic values": out.values,
-        "advantages": out.advantages,
-        "value loss": out.value_loss,
-        "loss": out.total,
-    }
-    return nonfinite_names(parts, {"log-probs": out.mask})

@@ -18,12 +18,18 @@ A non-finite loss (or an agent's non-finite log-probs) skips the update: no para
 counted in ``nonfinite_losses_skipped`` and logged naming the agent and the update;
 ``max_nonfinite_losses_in_a_row`` in a row stop the run (:mod:`comlrl.trainers.core.nonfinite`). An item
 whose oracle score is non-finite yields no pairs (counted in ``nonfinite_rewards_dropped``). Override points: :meth:`MADPOTrainer.compute_margins` and :meth:`MADPOTrainer.training_step`.
+
+FSDP (:mod:`comlrl.trainers.core.sharded_training`): ``training_step`` scores on the sharded modules; a rank
+without pairs in a batch scores a one-token filler pair and back-propagates it with weight zero, an agent
+without completions in a batch scores the filler too (its margin times zero), and a non-finite batch is still
+back-propagated (weight zero) before it is dropped, so every rank makes the same forward and backward calls.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -34,6 +40,7 @@ from comlrl.seeding import derive_seed
 from comlrl.trainers.core.models import pad_token_id, scoring_mode
 from comlrl.trainers.core.optimization import accumulated_steps
 from comlrl.trainers.core.reference import ReferencePolicy
+from comlrl.trainers.core.sharded_training import on_sharded_modules
 from comlrl.trainers.preference.base import PreferenceTrainerBase
 from comlrl.trainers.preference.config import MADPOConfig, MADPOIterConfig
 from comlrl.trainers.preference.losses import (
@@ -83,6 +90,8 @@ class MADPOTrainer(PreferenceTrainerBase):
                     data_parallel=self.data_parallel,
                 )
             )
+        if self.sharded is not None:  # FSDP: a rank without pairs in a batch makes the same calls
+            self.sharded.filler = self._filler_step
 
     @property
     def reference_policy(self) -> ReferencePolicy | None:
@@ -144,23 +153,29 @@ class MADPOTrainer(PreferenceTrainerBase):
             completions = [pair.winner_token_ids[a] for pair in batch] + [
                 pair.loser_token_ids[a] for pair in batch
             ]
-            if not any(completions):  # the agent did not act (pairs from a tree's decision point): margin 0
+            idle = not any(completions)  # the agent did not act (pairs from a tree's decision point): margin 0
+            if idle and self.sharded is None:
                 margins.append(None)
                 continue
+            pad = pad_token_id(handle.tokenizer)
+            if idle:  # FSDP: every rank scores every agent (a one-token filler pair, its margin times zero)
+                prompts, completions = [[pad]], [[pad], [pad]]
             with self.policy.activate(agent), scoring_mode(handle.model, self.args.disable_dropout):
                 logprobs, mask = completion_logprobs(
                     handle.model,
                     prompts + prompts,
                     completions,
-                    pad_token_id=pad_token_id(handle.tokenizer),
+                    pad_token_id=pad,
                     exclude_last_token=self.args.exclude_last_completion_token,
                     requires_grad=True,
                 )
-            margin = pair_margins(sequence_logprob_sums(logprobs, mask), len(batch))
-            if self.preference_reference is not None:
+            margin = pair_margins(sequence_logprob_sums(logprobs, mask), len(prompts))
+            if idle:
+                margin = (margin * 0.0).expand(len(batch))
+            elif self.preference_reference is not None:
                 margin = dpo_margins(margin, self.preference_reference.margins(
                     agent, prompts, completions[: len(batch)], completions[len(batch) :],
-                    pad_token_id=pad_token_id(handle.tokenizer),
+                    pad_token_id=pad,
                     exclude_last_token=self.args.exclude_last_completion_token,
                 ))
             device = margin.device if device is None else device
@@ -168,6 +183,7 @@ class MADPOTrainer(PreferenceTrainerBase):
         zeros = torch.zeros(len(batch), device=device if device is not None else "cpu")
         return torch.stack([zeros if m is None else m for m in margins])
 
+    @on_sharded_modules
     def training_step(self, batch: Sequence[PreferencePair], where: str = "") -> dict[str, float] | None:
         """One MADPO micro-batch of every agent on ``batch`` (an optimizer step when it completes a group of
         ``gradient_accumulation_steps``); returns its metrics (None when skipped)."""
@@ -181,6 +197,8 @@ class MADPOTrainer(PreferenceTrainerBase):
         # Margins are sums of an agent's log-probs: a non-finite one names the agent whose model produced it.
         bad = nonfinite_names({**{f"log-probs of agent {a}": m for a, m in enumerate(margins)}, "loss": total})
         if bad:
+            if self.sharded is not None:  # FSDP: every rank back-propagates (weight zero) before the drop
+                steps.backward(total, 0)
             del total, losses, margins
             steps.discard_micro_batch()
             self.record_nonfinite(f"update {self.updates_seen + 1} ({where})", ", ".join(bad))
@@ -204,6 +222,15 @@ class MADPOTrainer(PreferenceTrainerBase):
                 metrics[f"agent_{a}/margin"] = float(detached[a].mean())
         self.record_update(len(batch), metrics)
         return metrics
+
+    def _filler_step(self) -> None:
+        """FSDP, a rank without pairs in the batch: the forward and backward calls of :meth:`training_step` on a
+        filler pair (every agent idle), back-propagated with weight zero."""
+        pads = [[pad_token_id(tokenizer)] for tokenizer in self.tokenizers]
+        filler = SimpleNamespace(prompt_token_ids=pads, winner_token_ids=[[]] * len(pads), loser_token_ids=[[]] * len(pads))
+        with self.gradient_steps.autocast():
+            margins = self.compute_margins([filler])
+        self.gradient_steps.backward(madpo_agent_losses(margins.float(), self.args.dpo_beta).sum(), 0)
 
     @contextmanager
     def _all_adapters_trainable(self) -> Iterator[None]:
