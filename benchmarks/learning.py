@@ -432,7 +432,7 @@ def cell_config(
     pipeline (``[<stage>, eval]``; a preference row's alternates ``at_grpo`` and ``madpo_from_trees``), with
     ``max_steps`` enough to reach the completion budget (a preference row: each ``at_grpo`` stage its share) and
     a time limit of twice ``budget_minutes`` (per RL stage)."""
-    from pettingllms.stages.at_grpo import at_grpo_config
+    from pettingllms.stages.at_grpo import at_grpo_config, rollout_config
     from pettingllms.stages.context import run_workflow
 
     method = bench.methods[method_name]
@@ -443,7 +443,7 @@ def cell_config(
     config = run_config(method.policy_level, overrides, seed, output_dir, bench)
     args = at_grpo_config(stage, config, output_dir / stage)
     fewest, _ = completions_per_step_bounds(
-        args.sampling_mode, len(run_workflow(config)), args.num_generations, args.problems_per_step,
+        args.sampling_mode, len(run_workflow(config)), rollout_config(config).num_generations, args.problems_per_step,
         config["env"]["max_turns"],
     )
     budget = config[stage]["max_completions"]
@@ -732,7 +732,7 @@ def job_cell(
     """One RL cell from the seed's warm start: train until the completion budget, then evaluate."""
     from comlrl.atomic_io import atomic_write_json
     from pettingllms.pipeline import plan_stages
-    from pettingllms.stages.at_grpo import at_grpo_config
+    from pettingllms.stages.at_grpo import at_grpo_config, rollout_config
     from pettingllms.stages.context import run_workflow
 
     method = bench.methods[method_name]
@@ -753,7 +753,7 @@ def job_cell(
     completions = sum(h["completions"] for h in history)
     args = at_grpo_config(stage, config, run_dir / stage)
     roles = run_workflow(config)
-    bounds = completions_per_step_bounds(args.sampling_mode, len(roles), args.num_generations,
+    bounds = completions_per_step_bounds(args.sampling_mode, len(roles), rollout_config(config).num_generations,
                                          args.problems_per_step, config["env"]["max_turns"])
     budget = config[stage]["max_completions"] * len(rl_folders)
     stage_steps = [int(stages[f]["metrics"]["steps"]) for f in rl_folders]

@@ -63,8 +63,9 @@ def run_backend(backend: str, env_workers: int, steps: int, model: str, output_d
     name, fields, options = workflow_env(config, purpose="train")
     rows = []
     with stage_workers(config, policy, settings.trainer, name, fields, options) as system:
-        trainer = ATGRPOTrainer(settings.trainer, policy=policy, env_name=name, env_config=fields,
-                                agent_options=options, **(system.trainer_kwargs() if system else {}))
+        trainer = ATGRPOTrainer(settings.trainer, rollout=None if system else settings.rollout, policy=policy,
+                                env_name=name, env_config=fields, agent_options=options,
+                                **(system.trainer_kwargs() if system else {}))
         attach(trainer, system)
         trainer.on_fresh_run()
         for _ in range(steps):

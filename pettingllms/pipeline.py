@@ -83,7 +83,7 @@ from pettingllms.config.loader import (
     save_resolved_config,
     validate_config,
 )
-from pettingllms.stages.at_grpo import at_grpo_config, at_grpo_settings, run_at_grpo
+from pettingllms.stages.at_grpo import at_grpo_config, at_grpo_settings, rollout_config, run_at_grpo
 from pettingllms.stages.contamination import CONTAMINATION_FILE, check_contamination
 from pettingllms.stages.context import (
     RL_STAGES,
@@ -610,11 +610,11 @@ def _benchmark_lines(names: Sequence[str], before: str | None, after: str | None
 
 def _training_rollouts(stage: str, config: Mapping[str, Any]) -> str:
     """How the training success was sampled: a tree's best-branch success runs above held-out success."""
-    trainer = at_grpo_config(stage, config, ".", progress=False)
-    k = trainer.num_generations
+    trainer, rollout = at_grpo_config(stage, config, ".", progress=False), rollout_config(config)
+    k = rollout.num_generations
     if trainer.sampling_mode != "tree":
         return f"mean over steps of K={k} sampled trajectories per problem"
-    kept = "the best" if trainer.greedy_selection else "candidate 0"
+    kept = "the best" if rollout.greedy_branch else "candidate 0"
     return (
         f"mean over steps; tree rollouts: each decision continues from {kept} of K={k} candidates, held-out "
         "eval plays each decision once"

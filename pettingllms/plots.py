@@ -107,12 +107,12 @@ def training_success_label(config: Mapping, stage: str) -> str | None:
     a stage that is not ``at_grpo`` / ``grpo``."""
     if stage not in ("at_grpo", "grpo"):
         return None
-    from pettingllms.stages.at_grpo import at_grpo_config
+    from pettingllms.stages.at_grpo import at_grpo_config, rollout_config
 
-    trainer = at_grpo_config(stage, config, ".", progress=False)
+    trainer, k = at_grpo_config(stage, config, ".", progress=False), rollout_config(config).num_generations
     if trainer.sampling_mode == "tree":
-        return f"team, training rollouts (best-of-{trainer.num_generations})"
-    return f"team, training rollouts (mean of {trainer.num_generations} trajectories)"
+        return f"team, training rollouts (best-of-{k})"
+    return f"team, training rollouts (mean of {k} trajectories)"
 
 
 def _pyplot():

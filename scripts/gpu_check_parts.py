@@ -473,6 +473,7 @@ def run_at_grpo_step(ctx: Context) -> dict[str, Any]:
     so all groups would tie): every trainable tensor must move, and the metrics must be finite."""
     import torch
 
+    from pettingllms.config.rollout_section import RolloutConfig
     from pettingllms.execution import PolicyConfig
     from pettingllms.trainer.at_grpo import ATGRPOTrainer
     from pettingllms.trainer.at_grpo_config import ATGRPOConfig
@@ -493,13 +494,14 @@ def run_at_grpo_step(ctx: Context) -> dict[str, Any]:
     for label, path, level in variants:
         reset_peak(ctx)
         config = ATGRPOConfig(
-            policy_level=level, max_turns=2, problems_per_step=sizes.grpo_problems,
-            num_generations=sizes.grpo_generations, max_completion_length=sizes.grpo_new_tokens, max_steps=1,
-            learning_rate=1e-2, per_device_train_batch_size=sizes.grpo_batch, disable_tqdm=True, seed=1,
+            problems_per_step=sizes.grpo_problems, max_steps=1, learning_rate=1e-2,
+            per_device_train_batch_size=sizes.grpo_batch, disable_tqdm=True, seed=1,
             output_dir=str(ctx.workdir / f"at_grpo-{label}-{level}"),
         )
+        rollout = RolloutConfig(num_generations=sizes.grpo_generations, max_completion_length=sizes.grpo_new_tokens,
+                                transcripts_rate=0.0)
         model = PolicyConfig(policy_level=level, model=str(path), device=ctx.device, dtype=ctx.dtype_name)
-        trainer = BonusTrainer(config, model=model, env_config={"rows": 4, "cols": 4})
+        trainer = BonusTrainer(config, rollout=rollout, model=model, env_config={"rows": 4, "cols": 4, "max_turns": 2})
         policy = trainer.policy
         if level == "L2":  # LoRA B starts at 0 (A then gets no gradient): give the adapters weights
             generator = torch.Generator().manual_seed(0)

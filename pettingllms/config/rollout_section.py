@@ -24,7 +24,9 @@ __all__ = [
     "MIN_STATE_MAX_CHARS",
     "TOKEN_STAGES",
     "check_generation_config",
+    "check_num_generations",
     "check_pipeline_generation",
+    "check_transcripts_rate",
     "check_state_max_chars",
     "vllm_settings",
 ]
@@ -71,10 +73,10 @@ class RolloutConfig(StrictFromDict):
         check_float("temperature", self.temperature, gt=0.0, spell_out=True)
         check_float("top_p", self.top_p, gt=0.0, le=1.0, spell_out=True)
         check_int("max_completion_length", self.max_completion_length, 1, spell_out=True)
-        check_int("num_generations", self.num_generations, 1, spell_out=True)
+        check_num_generations(self.num_generations)
         if not isinstance(self.greedy_branch, bool):
             raise ValueError(f"`greedy_branch` must be true or false, got {self.greedy_branch!r}")
-        check_float("transcripts_rate", self.transcripts_rate, ge=0.0, le=1.0, spell_out=True)
+        check_transcripts_rate(self.transcripts_rate)
         check_state_max_chars(self.transcript_state_max_chars)
 
     @classmethod
@@ -82,6 +84,17 @@ class RolloutConfig(StrictFromDict):
         """The generation settings of a ``rollout`` section (its backend keys left to the backend)."""
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in rollout.items() if k in names})
+
+
+def check_num_generations(value: Any) -> None:
+    """K (``num_generations``) is an integer >= 1: the one check of it, for :class:`RolloutConfig` and for an
+    :class:`~pettingllms.execution.EngineConfig` built directly."""
+    check_int("num_generations", value, 1, spell_out=True)
+
+
+def check_transcripts_rate(value: Any, name: str = "transcripts_rate") -> None:
+    """The fraction of episodes transcribed is in [0, 1] (``name``: the engine calls it ``transcript_rate``)."""
+    check_float(name, value, ge=0.0, le=1.0, spell_out=True)
 
 
 def vllm_settings(rollout: Mapping[str, Any]):

@@ -41,6 +41,7 @@ from comlrl.rollout.types import Completion, GenerationRequest, SamplingParams
 from comlrl.seeding import derive_seed
 from comlrl.validation import strict_from_dict
 from pettingllms.agents.failures import MODEL_FAILURES, FailureBudget, InfrastructureError
+from pettingllms.config.rollout_section import check_num_generations, check_transcripts_rate
 from pettingllms.envs.base import StepResult
 from pettingllms.execution.independent import EvalResult, assign_returns, summarize_eval
 from pettingllms.execution.policies import EnvContext
@@ -62,6 +63,13 @@ ProgressHook = Callable[[Sequence[ProblemOutcome], int], None]
 @dataclass
 class EngineConfig:
     """Settings of the rollout engine (TRL's names where the meaning is the same).
+
+    A trainer's engine config is made from its validated settings
+    (:func:`~pettingllms.trainer.at_grpo_setup.engine_config_for`: the ``rollout`` section's
+    :class:`~pettingllms.config.rollout_section.RolloutConfig` and the stage's ``ATGRPOConfig``); one built
+    directly is checked here, the knobs it shares with the ``rollout`` section by that section's own checks
+    (:func:`~pettingllms.config.rollout_section.check_num_generations`, ``check_transcripts_rate``,
+    ``check_state_max_chars``).
 
     > Sampling structure
 
@@ -118,12 +126,8 @@ class EngineConfig:
     )
 
     def __post_init__(self) -> None:
-        if (
-            isinstance(self.num_generations, bool)
-            or not isinstance(self.num_generations, int)
-            or self.num_generations < 1
-        ):
-            raise ValueError(f"`num_generations` must be an integer >= 1, got {self.num_generations!r}")
+        # The generation knobs the ``rollout`` section shares are checked by its checks (RolloutConfig's).
+        check_num_generations(self.num_generations)
         if self.sampling_mode not in SAMPLING_MODES:
             raise ValueError(
                 f"`sampling_mode` must be one of {list(SAMPLING_MODES)}, got {self.sampling_mode!r}"
@@ -139,8 +143,7 @@ class EngineConfig:
             raise ValueError(
                 f"`min_samples_for_failure_rate` must be >= 1, got {self.min_samples_for_failure_rate}"
             )
-        if not 0.0 <= self.transcript_rate <= 1.0:
-            raise ValueError(f"`transcript_rate` must be in [0, 1], got {self.transcript_rate}")
+        check_transcripts_rate(self.transcript_rate, "transcript_rate")
         check_state_max_chars(self.transcript_state_max_chars)
         if self.transcript_rate > 0 and self.write_transcripts and not self.output_dir:
             raise ValueError("`output_dir` must be set when `transcript_rate` > 0 (transcripts go there)")

@@ -12,8 +12,9 @@ A historical mode with ``preference_replay_sample_size`` null draws as many pair
 one pass over the stage's pairs, :func:`tree_replay_sample_size`): comlrl's own default, the newest round's
 size, would here be one AT-GRPO step's pairs, whatever the number of steps.
 
-The section holds every field of :class:`~comlrl.trainers.preference.MADPOIterConfig` (generated, as for
-``madpo``); the fields of the iterative round loop (``num_iterations``, the comparator) have no effect here.
+The section holds every field of :class:`~comlrl.trainers.preference.MADPOIterConfig` (generated and renamed
+to TRL's names, as for ``madpo``: ``learning_rate``, ``beta``, ...); the fields of the iterative round loop
+(``num_rounds``, the comparator) have no effect here.
 A stage interrupted before it ended runs again from its start (its replay folder is rebuilt).
 """
 

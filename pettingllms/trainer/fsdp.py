@@ -1,24 +1,7 @@
-"""FSDP for the data-parallel AT-GRPO, GRPO and SFT updates (the machinery is comlrl's,
-:mod:`comlrl.trainers.core.fsdp`, re-exported here; AT-GRPO's filler rows and level check are this module's):
-each policy trains as an FSDP2 module
-(``torch.distributed.fsdp.fully_shard`` on every decoder layer, then on the root) whose parameters,
-gradients and AdamW states are split over the ranks, while the policy's own model keeps whole weights for
-rollouts, evaluation, ``save_model`` and checkpoints.
-
-**Selecting it.** accelerate's config (``distributed_type: FSDP``, ``fsdp_version: 2``) or ``accelerate
-launch --use_fsdp --fsdp_version 2`` makes the launcher set ``ACCELERATE_USE_FSDP=true`` and the ``FSDP_*``
-variables; under ``torchrun`` set ``ACCELERATE_USE_FSDP=true`` yourself (the one switch, whatever the
-launcher). :func:`fsdp_settings` reads them, and a value it cannot honour is an error naming the variable:
-
-- ``FSDP_VERSION``: ``2`` (absent: 2); ``1`` is refused (FSDP1's flat parameters are not what is built);
-- ``FSDP_RESHARD_AFTER_FORWARD``: ``true`` (default: a layer's gathered weights are freed after its forward
-  and gathered again for its backward) or ``false`` (kept until the backward: fewer all-gathers, more memory);
-- ``FSDP_TRANSFORMER_CLS_TO_WRAP``: the layer classes sharded one by one (default: the model's
-  ``_no_split_modules``, its decoder layer); ``FSDP_AUTO_WRAP_POLICY`` absent or ``TRANSFORMER_BASED_WRAP``;
-- ``FSDP_STATE_DICT_TYPE`` absent or ``FULL_STATE_DICT`` (rank 0 writes whole weights);
-  ``FSDP_OFFLOAD_PARAMS`` and ``FSDP_ACTIVATION_CHECKPOINTING`` absent or false (not built);
-- the rest (``FSDP_CPU_RAM_EFFICIENT_LOADING``, ``FSDP_SYNC_MODULE_STATES``, ``FSDP_USE_ORIG_PARAMS``, the
-  prefetch flags) changes nothing: every rank loads the whole model, which its rollouts need anyway.
+"""FSDP for the data-parallel AT-GRPO, GRPO and SFT updates. The machinery is comlrl's, shared with comlrl's
+trainers (:mod:`comlrl.trainers.core.fsdp`: the settings from accelerate's ``ACCELERATE_USE_FSDP`` /
+``FSDP_*`` variables, :class:`ShardedModel`, :class:`ShardedReference`, :class:`WholeOptimizerState`,
+:class:`ShardedCheckpoint`; re-exported here); AT-GRPO's filler rows and policy-level check are this module's.
 
 **A policy's life under FSDP over S ranks.**
 
@@ -41,9 +24,10 @@ backpropagates (zero-weighted) before the step is skipped on every rank. The fla
 the plain data-parallel update is skipped; clipping uses the norm over all shards (the update engine's
 :func:`~comlrl.trainers.core.optimization.clip_grad_norm` with ``sharded=True``).
 Checkpoints hold the one-process optimizer state (:class:`WholeOptimizerState`: full tensors, gathered on
-every rank, written by rank 0, each rank keeping its shard on load), so a run resumes exactly on the same
-world size. The reference model (``beta > 0``) is a frozen :class:`ShardedReference`. Refused before
-anything starts: LoRA policies (L2), remote update workers (``run.backend: ray``) and a world of one process.
+every rank by the trainer's :class:`ShardedCheckpoint` part, written by rank 0, each rank keeping its shard on
+load), so a run resumes exactly on the same world size. The reference model (``beta > 0``) is a frozen
+:class:`ShardedReference`. Refused before anything starts: LoRA policies (L2), remote update workers
+(``run.backend: ray``) and a world of one process.
 """
 
 from __future__ import annotations

@@ -26,7 +26,9 @@ Scenarios (test-tiny model, 4 items, the same global batches in both launches):
 - ``multi_turn``: MAGRPO over 2 turns (K=2, aligned) with early termination, so the items' trees differ in
   size (and so the ranks' rows per turn), update batches of 3 nodes;
 - ``maac_multi_turn``: MAAC over 2 turns on 5 items (ranks play 3 and 2 trajectories), early termination,
-  advantages whitened over each global update batch of 3 turns.
+  advantages whitened over each global update batch of 3 turns;
+- ``iac``: IAC with one separate critic per agent (V), one turn, update batches of 3 items then 1 (rank 1 has
+  no row), advantages whitened over each global update batch.
 
 Launched with FSDP (``test_data_parallel_fsdp.py``: accelerate's config with ``distributed_type: FSDP``) the
 policies train sharded; the recorded gradients are then the whole ones (each shard's gathered at every step),
@@ -44,7 +46,7 @@ from pathlib import Path
 import torch
 
 from comlrl import distributed as dist
-from comlrl.trainers.actor_critic import MAACConfig, MAACTrainer
+from comlrl.trainers.actor_critic import IACConfig, IACTrainer, MAACConfig, MAACTrainer
 from comlrl.trainers.preference import (
     MADPOConfig,
     MADPOIterConfig,
@@ -99,6 +101,11 @@ def build(scenario: str, model_path: str, out: Path):
                           train_batch_size=3, early_termination_threshold=3.0, advantage_normalization=True)  # fmt: skip
         return MAACTrainer(agent_model=model_path, reward_func=reward, train_dataset=[*ITEMS, {"prompt": "Task 4: add."}],
                            args=args, external_transition=transition)  # fmt: skip
+    if scenario == "iac":
+        args = IACConfig(**{**common, "num_train_epochs": 1}, num_turns=1, num_generations=2, rollout_buffer_size=4,
+                         train_batch_size=3, use_separate_critic=True, critic_type="v", critic_model_name=model_path,
+                         critic_learning_rate=1e-3, advantage_normalization=True)  # fmt: skip
+        return IACTrainer(agent_model=model_path, reward_func=reward, train_dataset=ITEMS, args=args)
     args = MAGRPOConfig(**common, num_turns=1, num_generations=3, rollout_buffer_size=4, train_batch_size=3,
                         lr_scheduler_type="cosine", **({"loss_type": "dapo"} if scenario == "magrpo_dapo" else {}))  # fmt: skip
     return MAGRPOTrainer(agent_model=model_path, num_agents=2, reward_func=reward, train_dataset=ITEMS, args=args)

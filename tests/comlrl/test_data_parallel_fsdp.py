@@ -5,8 +5,8 @@ same global batches, and what FSDP refuses before any model loads.
 One launch runs every scenario of ``data_parallel_job.py`` (read its docstring): MADPO (a checkpoint every
 optimizer step), MAGRPO (a rank without rows in the second update batch: the filler), MAGRPO with ``dapo``
 (the per-agent token divisors), MADPOIter (a filler batch in round 2, and a resume inside round 2), MARLHFIter
-(the RL stage sharded, the reward model data-parallel), multi-turn MAGRPO and multi-turn MAAC (the critic
-whole, advantages whitened over the global batch). The one-process runs go in this process. Compared as the
+(the RL stage sharded, the reward model data-parallel), multi-turn MAGRPO, multi-turn MAAC and IAC (the critics
+whole, advantages whitened over the global batch, also by a rank without rows). The one-process runs go in this process. Compared as the
 data-parallel tests compare (``test_data_parallel.py``, ``test_data_parallel_rounds.py``): the counters exactly,
 each agent's first optimizer step within a relative 1e-5, the later ones within a relative 1e-4 (the base
 trainers) or 2e-3 (the rounds and turns), the final weights within their ``ATOL``; measured here: steps
@@ -33,7 +33,7 @@ from tests.comlrl.test_data_parallel_rounds import ATOL as ROUNDS_ATOL
 from tests.helpers.two_ranks import in_this_process, launch_two_ranks
 
 BASE = ["madpo", "magrpo", "magrpo_dapo"]
-ROUNDS = ["madpo_iter", "marlhf_iter", "multi_turn", "maac_multi_turn"]
+ROUNDS = ["madpo_iter", "marlhf_iter", "multi_turn", "maac_multi_turn", "iac"]
 SCENARIOS = BASE + ROUNDS
 # What `accelerate config` writes for FSDP2 on one machine (no GPU here: the launcher starts 2 CPU processes).
 ACCELERATE_CONFIG = """\

@@ -60,15 +60,15 @@ def check_at_grpo_step_moves_the_shared_policy(env_name: str, env_config: Mappin
                                                 output_dir: str) -> None:
     """One AT-GRPO step (L1) changes every shared parameter, with every group at a non-zero reward spread, and
     logs per-agent, per-turn metrics."""
+    from pettingllms.config.rollout_section import RolloutConfig
     from pettingllms.trainer.at_grpo_config import ATGRPOConfig
     from tests.helpers.bonus_trainer import BonusTrainer
 
-    config = ATGRPOConfig(
-        policy_level="L1", max_turns=1, problems_per_step=2, num_generations=2, max_completion_length=8,
-        max_steps=1, learning_rate=1e-2, per_device_train_batch_size=8, output_dir=output_dir,
-        disable_tqdm=True, seed=1,
-    )
-    trainer = BonusTrainer(config, model=model, env_name=env_name, env_config=dict(env_config))
+    config = ATGRPOConfig(problems_per_step=2, max_steps=1, learning_rate=1e-2, per_device_train_batch_size=8,
+                          output_dir=output_dir, disable_tqdm=True, seed=1)
+    rollout = RolloutConfig(num_generations=2, max_completion_length=8, transcripts_rate=0.0)
+    trainer = BonusTrainer(config, rollout=rollout, model=model, env_name=env_name,  # L1: one shared policy
+                           env_config={**env_config, "max_turns": 1})
     before = [p.detach().clone() for p in trainer.policy.trainable_parameters("shared")]
     (metrics,) = trainer.train()
     after = trainer.policy.trainable_parameters("shared")

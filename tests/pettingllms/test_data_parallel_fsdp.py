@@ -198,11 +198,12 @@ def test_fsdp_is_refused_in_one_process_for_lora_policies_and_for_l2_pipelines(m
     with pytest.raises(ConfigError, match=r"`ACCELERATE_USE_FSDP` is true but `policy.level` is L2 \(LoRA adapters\)"):
         check_pipeline(load_config("plan_path/L2", ["model.name=test-tiny"]))
     # The trainer refuses an L2 config before any model loads (the path does not exist) and remote updaters.
+    from pettingllms.execution import PolicyConfig
     from pettingllms.trainer.at_grpo import ATGRPOTrainer
     from pettingllms.trainer.at_grpo_config import ATGRPOConfig
 
     monkeypatch.setattr(distributed, "init_distributed", lambda: 2)
     with pytest.raises(ValueError, match=r"`ACCELERATE_USE_FSDP` is true but `policy_level` is L2"):
-        ATGRPOTrainer(ATGRPOConfig(policy_level="L2"), model="/no/such/model")
+        ATGRPOTrainer(ATGRPOConfig(), model=PolicyConfig(policy_level="L2", model="/no/such/model"))
     with pytest.raises(ValueError, match=r"`updaters` \(remote update workers\) cannot be sharded with FSDP"):
         ATGRPOTrainer(ATGRPOConfig(), model="/no/such/model", updaters={})

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from pettingllms.config.rollout_section import RolloutConfig
 from pettingllms.envs.household.generator import HouseholdSettings, compiled_game
 from pettingllms.trainer.at_grpo_config import ATGRPOConfig
 from tests.helpers.bonus_trainer import BonusTrainer
@@ -27,12 +28,12 @@ def household_cache(tmp_path_factory) -> str:
 @pytest.mark.slow
 def test_at_grpo_on_household_moves_every_parameter_with_nonzero_advantages(tmp_path, tiny_model_path, household_cache):
     config = ATGRPOConfig(
-        policy_level="L1", max_turns=2, problems_per_step=1, train_seed_range=(0, 1), num_generations=2,
-        max_completion_length=8, max_steps=1, learning_rate=1e-2, per_device_train_batch_size=8,
+        problems_per_step=1, train_seed_range=(0, 1), max_steps=1, learning_rate=1e-2, per_device_train_batch_size=8,
         output_dir=str(tmp_path / "run"), disable_tqdm=True, seed=1,
     )
-    trainer = BonusTrainer(config, model=tiny_model_path, env_name="household",
-                           env_config={"cache_dir": household_cache, "turn_order": ["planner", "actor"]})
+    rollout = RolloutConfig(num_generations=2, max_completion_length=8, transcripts_rate=0.0)
+    trainer = BonusTrainer(config, rollout=rollout, model=tiny_model_path, env_name="household",  # L1
+                           env_config={"cache_dir": household_cache, "turn_order": ["planner", "actor"], "max_turns": 2})
     before = [p.detach().clone() for p in trainer.policy.trainable_parameters("shared")]
     (metrics,) = trainer.train()
     after = trainer.policy.trainable_parameters("shared")

@@ -26,7 +26,7 @@ from pettingllms.pipeline import (
     success_summary,
 )
 from pettingllms.plots import select_series
-from pettingllms.stages.at_grpo import CompletionCounter, TrainingLimits
+from pettingllms.stages.at_grpo import CompletionCounter, TrainingLimits, at_grpo_settings
 from pettingllms.stages.preference import EnvOracle, preference_config, preference_items
 
 TINY = [
@@ -91,21 +91,23 @@ def test_at_grpo_config_takes_policy_rollout_and_run_sections():
         ["rollout.num_generations=3", "rollout.greedy_branch=false", "rollout.transcripts_rate=0.5",
          "run.seed=7", "at_grpo.loss_type=grpo", "at_grpo.train_seed_range=[10, 20]"],
     )
-    args = at_grpo_config("at_grpo", config, "/tmp/x/at_grpo", progress=False)
-    assert (args.policy_level, args.agent_policies) == ("L2", {"tool": "tool", "plan": "plan"})
-    assert (args.num_generations, args.greedy_selection, args.transcript_rate) == (3, False, 0.5)
+    settings = at_grpo_settings("at_grpo", config, "/tmp/x/at_grpo", progress=False)
+    args, rollout = settings.trainer, settings.rollout
+    # The config holds the section's own fields; policy, rollout and env settings stay in their own objects.
+    assert not {"policy_level", "agent_policies", "num_generations", "turn_order", "max_turns"} & set(vars(args))
+    assert (rollout.num_generations, rollout.greedy_branch, rollout.transcripts_rate) == (3, False, 0.5)
     assert (args.seed, args.loss_type, args.train_seed_range) == (7, "grpo", [10, 20])
     assert (args.output_dir, args.disable_tqdm, args.sampling_mode) == ("/tmp/x/at_grpo", True, "tree")
-    assert args.turn_order is None and args.max_turns is None  # the environment's own
+    assert args == at_grpo_config("at_grpo", config, "/tmp/x/at_grpo", progress=False)
     grpo = at_grpo_config("grpo", load_config("plan_path/L0"), "out")
-    assert grpo.sampling_mode == "independent" and grpo.policy_level == "L0"
+    assert grpo.sampling_mode == "independent"
 
 
 @pytest.mark.parametrize(
     ("level", "overrides", "pattern"),
     [
         ("plan_path/L1", ["at_grpo.loss_type=ppo"], r"section `at_grpo`: `loss_type` must be one of"),
-        ("plan_path/L1", ["rollout.temperature=0"], r"`temperature`.*\(set through `rollout.temperature`\)"),
+        ("plan_path/L1", ["rollout.temperature=0"], r"section `rollout`: `temperature` must be .* > 0"),
         ("plan_path/L1", ["pipeline=[grpo]"], r"`grpo` .* needs `policy.level` L0, got 'L1'"),
         ("plan_path/L1", ["pipeline=[madpo]", "madpo.beta=0"], r"section `madpo`: .*dpo_beta"),
         ("plan_path/L1", ["eval.num_samples=0"], r"`eval.num_samples` must be an integer >= 1"),

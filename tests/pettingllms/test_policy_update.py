@@ -112,7 +112,8 @@ class CountingUpdater(PolicyUpdater):
 
 def test_a_trainer_given_updaters_uses_them_and_their_optimizers_are_checkpointed(tmp_path, tiny_model_path):
     policies = make_trainer(tmp_path, tiny_model_path, "L3", cls=ATGRPOTrainer, name="policies", max_steps=2)
-    given = {name: CountingUpdater(policies.config, policies.policy, name) for name in policies.policy.policies}
+    given = {name: CountingUpdater(policies.config, policies.policy, name, sampling=policies.engine.config)
+             for name in policies.policy.policies}
     trainer = BonusTrainer(policies.config, policy=policies.policy, engine=policies.engine, updaters=given)
     assert trainer.updaters == given
     assert all(trainer.optimizers[n] is given[n].optimizer for n in given)
@@ -149,7 +150,8 @@ def test_updaters_that_submit_get_every_policy_s_rows_before_the_first_update_is
     serial.train()
     policies = make_trainer(tmp_path, tiny_model_path, "L3", cls=ATGRPOTrainer, name="policies", max_steps=2)
     log = []
-    given = {name: SubmittingUpdater(policies.config, policies.policy, name, log=log) for name in policies.policy.policies}
+    given = {name: SubmittingUpdater(policies.config, policies.policy, name, log=log, sampling=policies.engine.config)
+             for name in policies.policy.policies}
     trainer = BonusTrainer(policies.config, policy=policies.policy, engine=policies.engine, updaters=given)
     trainer.train()
     for step in (1, 2):

@@ -31,6 +31,7 @@ import torch
 ray = pytest.importorskip("ray", reason="needs the ray extra (pip install -e '.[ray]')")
 
 from pettingllms.config import load_config  # noqa: E402
+from pettingllms.config.rollout_section import RolloutConfig  # noqa: E402
 from pettingllms.execution import PolicyConfig, build_policy  # noqa: E402
 from pettingllms.pipeline import Pipeline  # noqa: E402
 from pettingllms.trainer.at_grpo import ATGRPOTrainer  # noqa: E402
@@ -77,14 +78,25 @@ class Recording(ATGRPOTrainer):
         return batch
 
 
-def trainer_config(tmp_path, name, level="L1", **overrides):
+ROLLOUT = RolloutConfig(num_generations=2, max_completion_length=8, transcripts_rate=0.0)
+
+
+def trainer_config(tmp_path, name, **overrides):
     values = dict(
-        policy_level=level, max_turns=2, problems_per_step=3, num_generations=2, max_completion_length=8,
-        max_steps=2, learning_rate=1e-2, per_device_train_batch_size=4, output_dir=str(tmp_path / name),
-        disable_tqdm=True, seed=1, save_steps=1,
+        problems_per_step=3, max_steps=2, learning_rate=1e-2, per_device_train_batch_size=4,
+        output_dir=str(tmp_path / name), disable_tqdm=True, seed=1, save_steps=1,
     )
     values.update(overrides)
     return ATGRPOConfig(**values)
+
+
+def env_settings(turn_order=("tool", "plan")):
+    return {**ENV, "max_turns": 2, "turn_order": list(turn_order)}
+
+
+def local_trainer(config, model_path, level="L1", turn_order=("tool", "plan")):
+    return Recording(config, rollout=ROLLOUT, model=PolicyConfig(policy_level=level, model=model_path, seed=config.seed),
+                     env_config=env_settings(turn_order))
 
 
 def placement(policies, env_workers=2, update_devices=1):
@@ -94,12 +106,15 @@ def placement(policies, env_workers=2, update_devices=1):
     )
 
 
-def ray_trainer(config, model_path, turn_order=("tool", "plan"), env_workers=2, update_devices=1, cls=Recording):
-    policy = build_policy(PolicyConfig(policy_level=config.policy_level, model=model_path), list(turn_order))
-    env = {**ENV, "turn_order": list(turn_order)}
-    system = RaySystem(policy, config, env_name="plan_path", env_config=env_config_for(config, "plan_path", env),
+def ray_trainer(config, model_path, level="L1", turn_order=("tool", "plan"), env_workers=2, update_devices=1,
+                cls=Recording):
+    model = PolicyConfig(policy_level=level, model=model_path, seed=config.seed)
+    policy = build_policy(model, list(turn_order))
+    env = env_settings(turn_order)
+    system = RaySystem(policy, config, rollout=ROLLOUT, env_name="plan_path",
+                       env_config=env_config_for(level, "plan_path", env),
                        placement=placement(policy.policies, env_workers, update_devices))
-    trainer = cls(config, policy=policy, env_config=env, **system.trainer_kwargs())
+    trainer = cls(config, model=model, policy=policy, env_config=env, **system.trainer_kwargs())
     return attach(trainer, system), system
 
 
@@ -114,8 +129,7 @@ def comparable(record):
 def test_l1_two_env_workers_and_two_update_ranks_match_local_and_survive_an_env_worker_kill(tmp_path, tiny_model_path):
     # One optimizer step per training step (24 rows, micro-batches of 4, 8 accumulated): the update group's
     # two ranks then sum the gradient of the same rows the one process sums.
-    local = Recording(trainer_config(tmp_path, "local", gradient_accumulation_steps=8), model=tiny_model_path,
-                      env_config=ENV)
+    local = local_trainer(trainer_config(tmp_path, "local", gradient_accumulation_steps=8), tiny_model_path)
     local.train()
     trainer, system = ray_trainer(trainer_config(tmp_path, "ray", gradient_accumulation_steps=8), tiny_model_path,
                                   update_devices=2)
@@ -157,8 +171,8 @@ def test_three_policies_train_and_a_dead_rollout_worker_stops_the_run_clearly_th
     of step 1 resumes (here on the local backend: the checkpoint layout is the same) and the run ends
     exactly where the uninterrupted one-process run ends."""
     order = ("tool", "plan", "single")
-    config = trainer_config(tmp_path, "resumed", level="L3", turn_order=list(order), max_steps=3)
-    trainer, system = ray_trainer(config, tiny_model_path, turn_order=order, env_workers=1)
+    config = trainer_config(tmp_path, "resumed", max_steps=3)
+    trainer, system = ray_trainer(config, tiny_model_path, level="L3", turn_order=order, env_workers=1)
     start = weights(trainer.policy)
 
     def kill_a_rollout_worker(step):
@@ -177,11 +191,9 @@ def test_three_policies_train_and_a_dead_rollout_worker_stops_the_run_clearly_th
         assert any(not torch.equal(v, start[(n, k)]) for (n, k), v in weights(trainer.policy).items() if n == name), name
     assert sorted(p.name for p in (tmp_path / "resumed").glob("checkpoint-*")) == ["checkpoint-1"]
 
-    env = {**ENV, "turn_order": list(order)}
-    resumed = Recording(config, model=tiny_model_path, env_config=env)
+    resumed = local_trainer(config, tiny_model_path, level="L3", turn_order=order)
     resumed.train(resume_from_checkpoint=True)
-    whole = Recording(trainer_config(tmp_path, "whole", level="L3", turn_order=list(order), max_steps=3),
-                      model=tiny_model_path, env_config=env)
+    whole = local_trainer(trainer_config(tmp_path, "whole", max_steps=3), tiny_model_path, level="L3", turn_order=order)
     whole.train()
     assert trainer.sampled == whole.sampled[:1] and resumed.sampled == whole.sampled[1:]
     for key, value in weights(whole.policy).items():
@@ -194,7 +206,8 @@ def test_a_placement_the_cluster_cannot_hold_is_refused_before_any_worker_starts
     policy = build_policy(PolicyConfig(model=tiny_model_path), ["tool", "plan"])
     before = len(ray.util.list_named_actors(all_namespaces=True)), ray.available_resources().get("CPU")
     with pytest.raises(PlacementError, match=r"CPU"):
-        RaySystem(policy, config, env_name="plan_path", env_config=env_config_for(config, "plan_path", ENV),
+        RaySystem(policy, config, rollout=ROLLOUT, env_name="plan_path",
+                  env_config=env_config_for("L1", "plan_path", env_settings()),
                   placement=placement(policy.policies, env_workers=40))
     assert (len(ray.util.list_named_actors(all_namespaces=True)), ray.available_resources().get("CPU")) == before
 

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import torch
 
+from pettingllms.config.rollout_section import RolloutConfig
 from pettingllms.envs.webshop import server
 from pettingllms.trainer.at_grpo_config import ATGRPOConfig
 from tests.helpers.bonus_trainer import BonusTrainer
 
 
 def test_a_short_at_grpo_run_changes_the_shared_policy(tmp_path, tiny_model_path):
-    config = ATGRPOConfig(policy_level="L1", max_turns=1, problems_per_step=2, num_generations=2,
-                          max_completion_length=8, max_steps=1, learning_rate=1e-2, per_device_train_batch_size=4,
+    config = ATGRPOConfig(problems_per_step=2, max_steps=1, learning_rate=1e-2, per_device_train_batch_size=4,
                           output_dir=str(tmp_path / "run"), disable_tqdm=True, seed=1)
-    trainer = BonusTrainer(config, model=tiny_model_path, env_name="webshop",
+    rollout = RolloutConfig(num_generations=2, max_completion_length=8, transcripts_rate=0.0)
+    trainer = BonusTrainer(config, rollout=rollout, model=tiny_model_path, env_name="webshop",  # L1
                            env_config={"num_products": 60, "max_turns": 1})
     assert trainer.policy.policies == ["shared"]
     before = [p.detach().clone() for p in trainer.policy.trainable_parameters("shared")]

@@ -128,12 +128,14 @@ def test_a_fresh_train_starts_from_the_trainer_seed(tmp_path, tiny_model_path):
 
 
 def test_at_grpo_seeds_from_its_config(tmp_path, tiny_model_path):
+    from pettingllms.config.rollout_section import RolloutConfig
     from pettingllms.trainer.at_grpo import ATGRPOTrainer
     from pettingllms.trainer.at_grpo_config import ATGRPOConfig
 
-    config = ATGRPOConfig(max_turns=1, problems_per_step=1, num_generations=2, max_completion_length=4,
-                          max_steps=1, output_dir=str(tmp_path / "at"), disable_tqdm=True, seed=17)
-    trainer = ATGRPOTrainer(config, model=tiny_model_path, env_config={"rows": 4, "cols": 4})
+    config = ATGRPOConfig(problems_per_step=1, max_steps=1, output_dir=str(tmp_path / "at"), disable_tqdm=True, seed=17)
+    rollout = RolloutConfig(num_generations=2, max_completion_length=4, transcripts_rate=0.0)
+    trainer = ATGRPOTrainer(config, rollout=rollout, model=tiny_model_path,
+                            env_config={"rows": 4, "cols": 4, "max_turns": 1})
     seen = []
 
     def step():

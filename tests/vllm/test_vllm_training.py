@@ -17,6 +17,7 @@ import torch
 
 from comlrl.rollout.vllm import VLLMBackend
 from comlrl.scoring import completion_logprobs
+from pettingllms.config.rollout_section import RolloutConfig
 from pettingllms.execution import PolicyConfig, build_policy
 from pettingllms.trainer.at_grpo import ATGRPOTrainer
 from pettingllms.trainer.at_grpo_config import ATGRPOConfig
@@ -44,15 +45,15 @@ def weights(policy):
 @pytest.mark.parametrize("level", ["L1", "L2"])
 def test_at_grpo_steps_train_through_vllm_and_the_engine_follows_every_update(level, tiny_model_path, tmp_path):
     torch.set_num_threads(1)
-    config = ATGRPOConfig(
-        policy_level=level, max_turns=2, problems_per_step=2, num_generations=2, max_completion_length=8,
-        max_steps=2, learning_rate=1e-2, per_device_train_batch_size=4, output_dir=str(tmp_path / level),
-        disable_tqdm=True, seed=1,
-    )
-    policy = build_policy(PolicyConfig(policy_level=level, model=tiny_model_path), ["tool", "plan"])
+    config = ATGRPOConfig(problems_per_step=2, max_steps=2, learning_rate=1e-2, per_device_train_batch_size=4,
+                          output_dir=str(tmp_path / level), disable_tqdm=True, seed=1)
+    rollout = RolloutConfig(num_generations=2, max_completion_length=8, transcripts_rate=0.0)
+    model = PolicyConfig(policy_level=level, model=tiny_model_path)
+    policy = build_policy(model, ["tool", "plan"])
     start, initial = weights(policy), copy.deepcopy(policy)
     with VLLMBackend(policy, max_length=1024) as backend:
-        trainer = BonusTrainer(config, policy=policy, backend=backend, env_config=ENV)
+        trainer = BonusTrainer(config, rollout=rollout, model=model, policy=policy, backend=backend,
+                               env_config={**ENV, "max_turns": 2})
         trainer.train()
         syncs = backend.weight_syncs
     assert syncs == len(policy.policies)  # step 2's rollout took step 1's update of every policy
@@ -68,7 +69,7 @@ def test_at_grpo_steps_train_through_vllm_and_the_engine_follows_every_update(le
     for sample in first[:6]:
         with initial.activate(sample.role) as handle:
             values, mask = completion_logprobs(handle.model, [sample.prompt_ids], [sample.completion_ids],
-                                               pad_token_id=0, temperature=config.temperature)
+                                               pad_token_id=0, temperature=rollout.temperature)
         assert torch.allclose(torch.tensor(sample.logprobs), values[0][mask[0]], atol=2e-4)
 
 

@@ -162,12 +162,6 @@ class DataParallel:
         dist.barrier()
         return out
 
-    def rank_zero_first(self, read: Callable[[], T]) -> T:
-        """Rank 0 runs ``read`` first (it may tidy files), then the other ranks."""
-        out = read() if self.main else None
-        dist.barrier()
-        return out if self.main else read()
-
 
 def _is_shard(param: torch.Tensor) -> bool:
     from torch.distributed.tensor import DTensor

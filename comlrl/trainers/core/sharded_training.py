@@ -29,7 +29,10 @@ back-propagated with weight zero, :meth:`MultiAgentTrainerBase.idle_update`); a 
 on a rank is still back-propagated (zero-weighted) there, and then dropped on every rank.
 
 What stays whole on every rank (data-parallel, gradients all-reduced): critics (MAAC, IAC with separate
-critics), MARLHF's reward model, the frozen reference copies and comparator copies (no gradients).
+critics), MARLHF's reward model, the frozen reference copies and comparator copies (no gradients). Unlike
+AT-GRPO's update (:meth:`~comlrl.trainers.core.fsdp.ShardedModel.training`), the whole weights are not released
+during the updates (sampling may come between the micro-batches of one optimizer step): a rank holds each
+policy's whole weights plus 1/S of its parameters, gradients and AdamW states.
 """
 
 from __future__ import annotations
@@ -94,12 +97,16 @@ class ShardedTraining(TrainerPart):
         settings: :class:`~comlrl.trainers.core.fsdp.FSDPSettings`.
         data_parallel: the trainer's :class:`~comlrl.trainers.core.data_parallel.DataParallel`; its engine
             hook then leaves the sharded gradients to the reduce-scatter.
+        optimizers: the trainer's ``{policy: AdamW}`` on :meth:`trainable_parameters` (a callable: they are
+            built after this part), whose whole states the checkpoints gather (:meth:`whole_optimizers`).
 
     ``filler`` (set by whoever updates the policies): the forward and backward calls of a rank without rows
     in an update batch, back-propagated with weight zero through the trainer's engine.
     """
 
-    def __init__(self, policy: Any, settings: FSDPSettings, data_parallel: Any) -> None:
+    def __init__(
+        self, policy: Any, settings: FSDPSettings, data_parallel: Any, optimizers: Callable[[], Mapping[str, Any]]
+    ) -> None:
         check_policy(policy)
         by_model: dict[int, ShardedModel] = {}
         self.by_policy: dict[str, ShardedModel] = {}
@@ -111,6 +118,7 @@ class ShardedTraining(TrainerPart):
         self.policy = policy
         self.models = list(by_model.values())
         self.filler: Callable[[], None] | None = None
+        self.optimizers = optimizers
         self._whole: dict[str, WholeOptimizerState] = {}
         self._swapped = False
         data_parallel.sharded = True
@@ -153,8 +161,9 @@ class ShardedTraining(TrainerPart):
         for model in self.models:
             model.push()
 
-    def whole_optimizers(self, optimizers: Mapping[str, torch.optim.Optimizer]) -> dict[str, WholeOptimizerState]:
-        """The checkpoints' view of ``optimizers`` (the policies' sharded AdamWs): one-process state dicts."""
+    def whole_optimizers(self) -> dict[str, WholeOptimizerState]:
+        """The checkpoints' view of the policies' sharded AdamWs: one-process state dicts."""
+        optimizers = self.optimizers()
         for name, optimizer in optimizers.items():
             if name not in self._whole or self._whole[name].optimizer is not optimizer:
                 self._whole[name] = WholeOptimizerState(optimizer)
@@ -162,7 +171,7 @@ class ShardedTraining(TrainerPart):
 
     # ------------------------------------------------------------------------------------ the part's hooks
     def gather(self) -> None:
-        for optimizer in self._whole.values():
+        for optimizer in self.whole_optimizers().values():
             optimizer.gather()
 
     def release(self) -> None:

@@ -12,10 +12,10 @@ the ``train()`` entry.
   schedule, clipping, autocast, ``save_steps``), metrics through :class:`~comlrl.reporting.MetricsLogger`;
 - its place in a data-parallel launch (:mod:`.data_parallel`), FSDP when asked (:mod:`.sharded_training`).
 
-Checkpoints, resume and ``save_model`` come from :class:`~comlrl.trainers.core.trainer_core.TrainerCore`. Subclasses implement :meth:`MultiAgentTrainerBase._run` (the training loop of one ``train()`` call, with
-commit points for checkpoints), register the pieces they are composed of with ``add_part`` and add their own
-state through ``state_extra``, ``checkpoint_payloads`` and ``restore_payloads``. The preference trainers,
-the MAGRPO family and the actor-critic trainers are built on it.
+Checkpoints, resume and ``save_model`` (rank 0 writes) come from :class:`.trainer_core.TrainerCore`. Subclasses
+implement :meth:`MultiAgentTrainerBase._run` (the training loop of one ``train()`` call, with commit points for
+checkpoints), register their pieces with ``add_part`` and add their own state through ``state_extra``,
+``checkpoint_payloads`` and ``restore_payloads``. The preference, MAGRPO and actor-critic trainers build on it.
 
 Sampling seeds: a request for (item, agent) draws candidate j with ``derive_seed(derive_seed(seed, stream, step,
 item_index, agent), j)``; evaluation uses the stream ``"eval"`` with the evaluation count as its step, so a
@@ -146,7 +146,7 @@ class MultiAgentTrainerBase(TrainerCore):
         args = self._check_args(args)
         # Under accelerate launch / torchrun: join the launch, or refuse it before any model loads.
         self.data_parallel = DataParallel(type(self).__name__, self.data_parallel_refusal(args))
-        fsdp = fsdp_for_trainer(type(self).__name__, self.data_parallel.size, args, lora_config)  # None: no FSDP
+        fsdp = fsdp_for_trainer(type(self).__name__, self.data_parallel.size, args, lora_config)  # None: none
         centralized = bool(getattr(args, "is_centralized", False))
         joint = centralized or getattr(args, "comparator_generation_mode", None) == "centralized"
         adapter = centralized_comparator_adapter  # None gives the tagged adapter where one is needed
@@ -196,7 +196,8 @@ class MultiAgentTrainerBase(TrainerCore):
         if args.disable_dropout:
             for model in self.policy.models():
                 disable_dropout(model)
-        self.sharded = None if fsdp is None else ShardedTraining(self.policy, fsdp, self.data_parallel)
+        self.sharded = fsdp and self.add_part(  # FSDP: the policies' sharded modules (a part: checkpoints)
+            ShardedTraining(self.policy, fsdp, self.data_parallel, lambda: self.optimizers_by_policy))
 
         role_formatters = resolve_formatters(formatters, self.num_roles or self.num_agents)
         base_oracle = Oracle(reward_func, reward_processor)
@@ -232,8 +233,6 @@ class MultiAgentTrainerBase(TrainerCore):
                 sharded=self.sharded is not None,
             )
         )
-        if self.sharded is not None:  # FSDP: checkpoints gather the policies' whole optimizer states
-            self.add_part(self.sharded).whole_optimizers(self.optimizers_by_policy)
         self.data_parallel.attach(self.gradient_steps)
         self._sampling_overrides: dict[str, Any] = {}
         self._verbose = not args.disable_tqdm
@@ -565,8 +564,7 @@ class MultiAgentTrainerBase(TrainerCore):
         return int(self.data_cursor.get("epochs_done", 0))
 
     def checkpoint_optimizers(self) -> Mapping[str, torch.optim.Optimizer]:
-        sharded, optimizers = self.sharded, self.optimizers_by_policy  # FSDP: one-process (whole) states
-        return optimizers if sharded is None else sharded.whole_optimizers(optimizers)
+        return self.optimizers_by_policy if self.sharded is None else self.sharded.whole_optimizers()  # FSDP: whole
 
     def check_checkpoint(self, path: Path, saved: TrainerState) -> None:
         """The checkpoint must come from this trainer class with a config that differs only in portable
