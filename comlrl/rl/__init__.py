@@ -17,9 +17,7 @@ without torch, so a config checks its fields against them without it; the functi
   drops.
 """
 
-import importlib
-from typing import Any
-
+from comlrl.lazy_exports import lazy_getattr
 from comlrl.rl.names import (
     CRITIC_TYPES,
     ESTIMATORS,
@@ -93,7 +91,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'comlrl.rl' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)

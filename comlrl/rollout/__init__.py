@@ -11,9 +11,7 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from comlrl.lazy_exports import lazy_getattr
 from comlrl.rollout.types import (
     FINISH_LENGTH,
     FINISH_STOP,
@@ -59,7 +57,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'comlrl.rollout' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -6,8 +6,7 @@ actor-critic trainers (IAC, MAAC, ``ActorCriticTrainerBase``) are re-exported he
 access, so ``import comlrl.trainers`` stays light.
 """
 
-import importlib
-from typing import Any
+from comlrl.lazy_exports import lazy_getattr
 
 _LAZY = {
     "MADPOConfig": "comlrl.trainers.preference",
@@ -33,7 +32,4 @@ _LAZY = {
 __all__ = list(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'comlrl.trainers' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -392,21 +391,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from pettingllms.scripts import help_text
-    from pettingllms.scripts.guard import UsageParser, add_import_argument, run_guarded, take_imports
+    from pettingllms.scripts.guard import script_main
 
-    status, imports, argv = take_imports(list(sys.argv[1:] if argv is None else argv))
-    if status:
-        return status
-    parser = UsageParser(
-        prog="python -m pettingllms.scripts.evaluate", description=help_text(__doc__),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_arguments(parser)
-    add_import_argument(parser)
-    args = parser.parse_intermixed_args(argv)
-    args.imports = imports
-    return run_guarded(run, args)
+    return script_main(argv, module="pettingllms.scripts.evaluate", doc=__doc__, add_arguments=add_arguments, run=run, intermixed=True)
 
 
 if __name__ == "__main__":

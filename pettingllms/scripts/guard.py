@@ -18,6 +18,7 @@ __all__ = [
     "add_import_argument",
     "one_line",
     "run_guarded",
+    "script_main",
     "take_imports",
     "user_errors",
 ]
@@ -96,3 +97,29 @@ def take_imports(argv: Sequence[str]) -> tuple[int, list[str], list[str]]:
 
     status = run_guarded(load, argparse.Namespace())
     return (status, *taken[0]) if taken else (status, [], [])
+
+
+def script_main(
+    argv: Sequence[str] | None,
+    *,
+    module: str,
+    doc: str,
+    add_arguments: Callable[[argparse.ArgumentParser], None],
+    run: Callable[[argparse.Namespace], int],
+    intermixed: bool = False,
+) -> int:
+    """A script's ``main``: ``--import`` modules first, then its arguments (``add_arguments``; ``intermixed``:
+    options may follow positional ones), then ``run`` under :func:`run_guarded`."""
+    from pettingllms.scripts import help_text
+
+    status, imports, argv = take_imports(list(sys.argv[1:] if argv is None else argv))
+    if status:
+        return status
+    parser = UsageParser(
+        prog=f"python -m {module}", description=help_text(doc), formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_arguments(parser)
+    add_import_argument(parser)
+    args = parser.parse_intermixed_args(argv) if intermixed else parser.parse_args(argv)
+    args.imports = imports
+    return run_guarded(run, args)

@@ -3,15 +3,16 @@
 pure pieces in :mod:`~pettingllms.trainer.grouping`, :mod:`~pettingllms.trainer.problems`,
 :mod:`~pettingllms.trainer.micro_batches`, :mod:`~pettingllms.trainer.losses`,
 :mod:`~pettingllms.trainer.metrics` and :mod:`~pettingllms.trainer.at_grpo_setup`), one policy's update
-(:mod:`pettingllms.trainer.policy_update`) and the data-parallel collectives under ``accelerate launch`` /
-``torchrun`` (:mod:`pettingllms.trainer.distributed`), with FSDP sharding of the updates
-(:mod:`pettingllms.trainer.fsdp`).
+(:mod:`pettingllms.trainer.policy_update`) and data-parallel runs under ``accelerate launch`` / ``torchrun``
+(the collectives are :mod:`comlrl.distributed`'s, the update engine's gradient sums
+:func:`comlrl.trainers.core.data_parallel.attach_engine`, a step's gathered view
+:mod:`pettingllms.trainer.step_view`), with FSDP sharding of the updates (:mod:`pettingllms.trainer.fsdp`, on
+:mod:`comlrl.trainers.core.fsdp`).
 
 Names load on first access, so ``import pettingllms.trainer`` stays light (no torch until used).
 """
 
-import importlib
-from typing import Any
+from comlrl.lazy_exports import lazy_getattr
 
 _LAZY = {
     "ATGRPOConfig": "pettingllms.trainer.at_grpo_config",
@@ -34,10 +35,7 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'pettingllms.trainer' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 def __dir__() -> list[str]:

@@ -30,27 +30,11 @@ from comlrl.trainers.core.sharded_training import fsdp_for_trainer
 from tests.comlrl import data_parallel_job as job
 from tests.comlrl.test_data_parallel import ATOL as BASE_ATOL
 from tests.comlrl.test_data_parallel_rounds import ATOL as ROUNDS_ATOL
-from tests.helpers.two_ranks import in_this_process, launch_two_ranks
+from tests.helpers.two_ranks import FSDP_ACCELERATE_CONFIG, in_this_process, launch_two_ranks
 
 BASE = ["madpo", "magrpo", "magrpo_dapo"]
 ROUNDS = ["madpo_iter", "marlhf_iter", "multi_turn", "maac_multi_turn", "iac"]
 SCENARIOS = BASE + ROUNDS
-# What `accelerate config` writes for FSDP2 on one machine (no GPU here: the launcher starts 2 CPU processes).
-ACCELERATE_CONFIG = """\
-compute_environment: LOCAL_MACHINE
-distributed_type: FSDP
-num_machines: 1
-num_processes: 2
-mixed_precision: 'no'
-fsdp_config:
-  fsdp_version: 2
-  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
-  fsdp_transformer_layer_cls_to_wrap: Qwen2DecoderLayer
-  fsdp_reshard_after_forward: true
-  fsdp_state_dict_type: FULL_STATE_DICT
-  fsdp_offload_params: false
-  fsdp_activation_checkpointing: false
-"""
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +43,7 @@ def runs(tmp_path_factory, tiny_model_path):
     root = tmp_path_factory.mktemp("comlrl-data-parallel-fsdp")
     one, two = root / "one", root / "two"
     config = root / "accelerate_fsdp.yaml"
-    config.write_text(ACCELERATE_CONFIG)
+    config.write_text(FSDP_ACCELERATE_CONFIG)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELERATE_", "FSDP_"))}
     launch_two_ranks(job.__file__, [tiny_model_path, str(two), *SCENARIOS], launcher=["--config_file", str(config)],
                      env=env, timeout=900)  # fmt: skip

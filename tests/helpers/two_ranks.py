@@ -12,12 +12,29 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["DDP_LAUNCH", "free_port", "in_this_process", "launch_two_ranks"]
+__all__ = ["DDP_LAUNCH", "FSDP_ACCELERATE_CONFIG", "free_port", "in_this_process", "launch_two_ranks"]
 
 REPO = Path(__file__).resolve().parents[2]
 # Two local processes, no mixed precision or compilation (without GPUs: two CPU ranks over gloo).
 DDP_LAUNCH = ("--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
               "--dynamo_backend", "no")
+
+# What `accelerate config` writes for FSDP2 on one machine (no GPU here: the launcher starts 2 CPU processes).
+FSDP_ACCELERATE_CONFIG = """\
+compute_environment: LOCAL_MACHINE
+distributed_type: FSDP
+num_machines: 1
+num_processes: 2
+mixed_precision: 'no'
+fsdp_config:
+  fsdp_version: 2
+  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
+  fsdp_transformer_layer_cls_to_wrap: Qwen2DecoderLayer
+  fsdp_reshard_after_forward: true
+  fsdp_state_dict_type: FULL_STATE_DICT
+  fsdp_offload_params: false
+  fsdp_activation_checkpointing: false
+"""
 
 
 def free_port() -> int:

@@ -31,29 +31,13 @@ import torch
 from comlrl.checkpoint import read_trainer_state
 from pettingllms.config import ConfigError, load_config
 from pettingllms.trainer import fsdp
-from tests.helpers.two_ranks import in_this_process, launch_two_ranks
+from tests.helpers.two_ranks import FSDP_ACCELERATE_CONFIG, in_this_process, launch_two_ranks
 from tests.pettingllms import data_parallel_job as job
 from tests.pettingllms.test_data_parallel import ATOL, assert_same_weights, history, weights
 
 SCENARIOS = ["l1_tree", "l1_resume", "l3_beta", "uneven", "sft"]
 COMPARED = ["l1_tree", "l3_beta", "sft"]
 JOB = Path(__file__).with_name("data_parallel_job.py")
-# What `accelerate config` writes for FSDP2 on one machine (no GPU here: the launcher starts 2 CPU processes).
-ACCELERATE_CONFIG = """\
-compute_environment: LOCAL_MACHINE
-distributed_type: FSDP
-num_machines: 1
-num_processes: 2
-mixed_precision: 'no'
-fsdp_config:
-  fsdp_version: 2
-  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
-  fsdp_transformer_layer_cls_to_wrap: Qwen2DecoderLayer
-  fsdp_reshard_after_forward: true
-  fsdp_state_dict_type: FULL_STATE_DICT
-  fsdp_offload_params: false
-  fsdp_activation_checkpointing: false
-"""
 # Float32 quantities that the shards reassemble in another order: the norm and the micro-batch diagnostics.
 LOOSE = ("grad_norm", "loss", "entropy", "approx_kl", "ratio_mean", "clip_ratio/", "kl", "staleness_mean")
 
@@ -64,7 +48,7 @@ def runs(tmp_path_factory, tiny_model_path):
     root = tmp_path_factory.mktemp("data-parallel-fsdp")
     one, two = root / "one", root / "two"
     config = root / "accelerate_fsdp.yaml"
-    config.write_text(ACCELERATE_CONFIG)
+    config.write_text(FSDP_ACCELERATE_CONFIG)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELERATE_", "FSDP_"))}
     launch_two_ranks(JOB, [tiny_model_path, str(two), *SCENARIOS], launcher=["--config_file", str(config)], env=env)
     in_this_process(job.main, [tiny_model_path, str(one), *COMPARED])

@@ -5,9 +5,7 @@ The trainers (and everything that needs transformers) load on first access, so i
 data helpers stays light.
 """
 
-import importlib
-from typing import Any
-
+from comlrl.lazy_exports import lazy_getattr
 from comlrl.trainers.core.oracle import Oracle, OracleError, OracleScores, batched_reward
 from comlrl.trainers.preference.config import MADPOConfig, MADPOIterConfig, MARLHFConfig, MARLHFIterConfig
 from comlrl.trainers.preference.pairs import (
@@ -80,7 +78,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'comlrl.trainers.preference' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)

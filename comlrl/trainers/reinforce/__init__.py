@@ -6,9 +6,7 @@ role); also MARLHF's RL stage.
 trainer), load on first access.
 """
 
-import importlib
-from typing import Any
-
+from comlrl.lazy_exports import lazy_getattr
 from comlrl.trainers.reinforce.config import MAGRPOConfig, OnlineRLConfig
 
 _LAZY = {
@@ -38,7 +36,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'comlrl.trainers.reinforce' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)
