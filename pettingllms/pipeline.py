@@ -48,9 +48,9 @@ by a kill left in the run folder (:func:`comlrl.atomic_io.remove_stale_temporari
 Data-parallel runs: ``pettingllms train CONFIG`` (or any script that runs a :class:`Pipeline`) under
 ``accelerate launch --multi_gpu --num_processes N`` or ``torchrun --nproc_per_node N`` runs the pipeline on
 every rank. :class:`Pipeline` joins the launcher's process group when it is made
-(:func:`~pettingllms.trainer.distributed.init_distributed`); the ``sft``, ``at_grpo`` and ``grpo`` stages
+(:func:`~comlrl.distributed.init_distributed`); the ``sft``, ``at_grpo`` and ``grpo`` stages
 are data-parallel (each rank takes a shard of the demonstrations / of each step's problems, see
-:mod:`pettingllms.trainer.distributed`), ``eval`` stages play every instance on every rank (the same
+:mod:`pettingllms.trainer.step_view`), ``eval`` stages play every instance on every rank (the same
 result), and ``madpo`` / ``marlhf`` (no data-parallel mode yet), like ``run.backend: ray``, are refused with a
 ConfigError before the run starts. Rank 0 alone writes and removes files in the run folder (the folder's
 preparation, ``config.yaml``, ``pipeline_state.json``, ``metrics.jsonl``, every stage's files,

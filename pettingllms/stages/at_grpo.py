@@ -16,7 +16,7 @@ and write their preference pairs for the ``madpo_from_trees`` stage right after 
 policy (:class:`SampleOnlyUpdater`): the preference stage alone trains ("MADPO from trees"). The pipeline
 refuses it where no ``madpo_from_trees`` stage follows.
 
-Data-parallel runs (``accelerate launch`` / ``torchrun``, :mod:`pettingllms.trainer.distributed`): the trainer
+Data-parallel runs (``accelerate launch`` / ``torchrun``, :mod:`pettingllms.trainer.step_view`): the trainer
 shards each step's problems over the ranks and rank 0 writes; the limits are met on every rank at the
 same step (the completion count comes from the gathered metrics, the clock of ``max_minutes`` is agreed
 over ranks), and a held-out evaluation runs on every rank (same weights, same result), logged by rank 0.

@@ -9,7 +9,7 @@ The roles a run plays (:func:`run_workflow`), the environment arguments of its w
 and its env worker (:func:`make_env_worker`) are the config's (:mod:`pettingllms.config.levels`,
 :mod:`pettingllms.config.env_section`), imported here for the stages.
 
-Data-parallel runs (``accelerate launch`` / ``torchrun``, :mod:`pettingllms.trainer.distributed`): every rank
+Data-parallel runs (``accelerate launch`` / ``torchrun``, :mod:`comlrl.distributed`): every rank
 runs every stage; only rank 0 writes (a rank > 0 gets a :meth:`StageContext.metrics_logger` that writes
 nothing). Stages without a data-parallel mode refuse a world size above 1 in their settings
 (:func:`check_one_process`), so the run stops before it starts.

@@ -15,8 +15,9 @@ reads and restores their state dicts on the worker, in the checkpoint layout of 
 A policy with ``placement.<policy>.update_devices`` N > 1 gets a group of N UpdateWorkers joined in one
 torch.distributed process group (gloo on CPUs, NCCL on GPUs; :meth:`UpdateWorker.join_group`): the
 driver cuts the policy's rows of a step into N shards of whole problems (:func:`shard_rows`), each rank
-updates on its shard and the updater's data-parallel path (:mod:`pettingllms.trainer.distributed`) sums
-token counts and gradients over the ranks, so every rank ends the step with the same weights.
+updates on its shard and the updater's data-parallel path
+(:func:`comlrl.trainers.core.data_parallel.attach_engine`) sums token counts and gradients over the ranks, so
+every rank ends the step with the same weights.
 """
 
 from __future__ import annotations

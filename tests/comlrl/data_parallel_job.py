@@ -3,8 +3,8 @@
 
 ``python data_parallel_job.py MODEL_PATH OUT_DIR SCENARIO...`` runs each scenario into ``OUT_DIR/SCENARIO``
 (the trainer's files: rank 0 only) and every rank dumps ``rank{r}.pt``: its final trainable weights, the
-gradient each optimizer stepped with (after the sum over ranks and the division by the global rows) and
-its counters.
+gradient each optimizer stepped with (after the sum over ranks and the division by the global rows;
+``dapo``: by each agent's global tokens) and its counters.
 
 Scenarios (test-tiny model, 4 items, the same global batches in both launches):
 

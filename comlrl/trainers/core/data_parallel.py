@@ -15,10 +15,14 @@ What a run on N processes does, and why it equals one process over the same batc
 - multi-turn episodes: each rank plays the rollout trees (trajectories) of its shard of a buffer's items;
   the rows of a turn, every rank's in rank order, are the one-process rows, cut into the same global update
   batches, and each rank trains on the rows of a batch it holds (:meth:`DataParallel.row_offsets`);
-- per optimizer step the gradients and the rows trained on are summed over ranks before the division by
-  the rows (:class:`~comlrl.trainers.core.optimization.GradientSteps`), so the step is the gradient of the
-  mean over the global rows, accumulation included; a rank with no row of a batch still joins (zero
-  gradient, zero rows); a micro-batch that is non-finite on one rank is dropped on all;
+- per optimizer step the gradients and what the step divides by are summed over ranks before the division
+  (:class:`~comlrl.trainers.core.optimization.GradientSteps`, weights from
+  :func:`~comlrl.trainers.core.optimization.micro_batch_weights`): the rows trained on for the row-mean
+  losses (``grpo``, ``bnpo`` / ``token``, ``dr_grpo``, ``sequence_sum``, DPO, Bradley–Terry, value losses),
+  the completion tokens for ``dapo``; so the step is the gradient of the mean over the global rows (``dapo``:
+  the per-token losses summed over the global rows, divided by the step's tokens over every rank),
+  accumulation included; a rank with no row of a batch still joins (zero gradient, nothing counted); a
+  micro-batch that is non-finite on one rank is dropped on all;
 - the iterative rounds: every rank holds the same replay buffer (same index, same seeded generator, so the
   same draw); rank 0 writes the round files, the others read what a draw needs after a barrier; the
   comparator runs on every rank on its shard (the frozen copies and history snapshots are equal on every

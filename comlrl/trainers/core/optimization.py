@@ -57,9 +57,9 @@ skips the whole optimizer step (:attr:`last_skip` says what).
 
 **Data parallel.** Under a launcher the step first sums every parameter's gradient and each divisor's count
 over the ranks (``all_reduce``, set by :meth:`comlrl.trainers.core.data_parallel.DataParallel.attach` or
-:func:`pettingllms.trainer.distributed.attach_engine`), so the division gives the global mean; a skip on any
-rank skips on all (``any_rank`` per micro-batch, ``any_rank_skips`` per step). Under FSDP (``sharded``) the
-reduce-scatter has already summed the gradients (no ``all_reduce``) and the clipping norm is that of the
+:func:`comlrl.trainers.core.data_parallel.attach_engine`), so the division gives the global mean; a skip on
+any rank skips on all (``any_rank`` per micro-batch, ``any_rank_skips`` per step). Under FSDP (``sharded``)
+the reduce-scatter has already summed the gradients (no ``all_reduce``) and the clipping norm is that of the
 whole gradient over every rank's shards (:func:`clip_grad_norm`).
 
 **LR schedule.** ``transformers.get_scheduler`` (:func:`build_lr_scheduler`) for every optimizer, over a
