@@ -119,8 +119,18 @@ class PolicyUpdater:
             knobs, {name: self.optimizer}, divisors=(), nonfinite="step", measure_grad_norm=True,
             sharded=self.sharded is not None, auto_step=False,
         )  # fmt: skip
-        attach_engine(self.steps, sharded=self.sharded is not None)
+        self._data_parallel = False  # whether the engine's data-parallel hooks are attached
+        self._attach_data_parallel()
         self.pad_token_id: int = pad_token_id(handle.tokenizer, eos_token_ids(handle.model, handle.tokenizer))
+
+    def _attach_data_parallel(self) -> None:
+        """Attach the engine's data-parallel hooks (:func:`~comlrl.trainers.core.data_parallel.attach_engine`)
+        once a process group of more than one rank exists. A launcher's group exists before the updater is
+        built; a Ray update group (:meth:`~pettingllms.workers.update_worker.UpdateWorker.join_group`) is
+        joined after the UpdateWorker built its updater, so :meth:`update` attaches them then."""
+        if not self._data_parallel and dist.world_size() > 1:
+            attach_engine(self.steps, sharded=self.sharded is not None)
+            self._data_parallel = True
 
     def learning_rate(self) -> float:
         """The learning rate the next optimizer step uses."""
@@ -138,6 +148,7 @@ class PolicyUpdater:
         """
         config, policy, name = self.config, self.policy, self.name
         world = dist.world_size()
+        self._attach_data_parallel()
         if tensors is None and world == 1:
             raise ValueError(f"policy {name!r}, step {step}: `tensors` is None; a single process needs rows")
         num_rows = len(tensors.samples) if tensors is not None else 0
