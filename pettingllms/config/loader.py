@@ -408,6 +408,17 @@ def env_field_defaults(env_name: str) -> dict[str, Any]:
     return out
 
 
+GRPO_OMITS = ("sampling_mode",)  # grpo is at_grpo without its sampling mode (independent): declared once
+
+
+def schema_defaults() -> dict[str, Any]:
+    """``defaults.yaml`` with ``grpo`` filled in from ``at_grpo`` but :data:`GRPO_OMITS` (``grpo``'s own keys win)."""
+    defaults = load_yaml_file(DEFAULTS_FILE)
+    own = defaults.get("grpo") or {}
+    defaults["grpo"] = {**{k: copy.deepcopy(v) for k, v in defaults["at_grpo"].items() if k not in GRPO_OMITS}, **own}
+    return defaults
+
+
 def load_config(path: str | Path, overrides: Sequence[str] = (), imports: Sequence[str] = ()) -> dict[str, Any]:
     """The resolved config of ``path`` (file or ``"<env>/<level>"``) with ``overrides`` applied.
 
@@ -417,7 +428,7 @@ def load_config(path: str | Path, overrides: Sequence[str] = (), imports: Sequen
     checked at every step (see the module docstring); cross-key checks are :func:`validate_config`'s.
     """
     path = find_config(path)
-    defaults = load_yaml_file(DEFAULTS_FILE)
+    defaults = schema_defaults()
     open_paths = open_paths_of(defaults)
     chain = read_chain(path)
     parsed = [parse_override(o) for o in overrides]

@@ -16,16 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from pathlib import Path
 
 import pytest
-import yaml
 
+from pettingllms.config.loader import schema_defaults
 from pettingllms.config.rollout_section import API_KEYS, GENERATION_BACKENDS, RolloutConfig
 from pettingllms.stages.at_grpo import LIMIT_KEYS, STAGE_KEYS, ATGRPOStageSettings, TrainingLimits
 from pettingllms.trainer.at_grpo_config import ATGRPOConfig
-
-DEFAULTS = Path(__file__).resolve().parents[2] / "pettingllms" / "config" / "defaults.yaml"
 
 # The stage's defaults where they differ from ATGRPOConfig's (the section comment points here).
 STAGE_DEFAULTS = {"max_steps": 20, "learning_rate": 1e-4, "save_steps": 10, "save_total_limit": 2}
@@ -38,7 +35,7 @@ NOT_YET_KEYS = {"lr_scheduler_kwargs", "warmup_steps"}
 
 
 def section(name):
-    return yaml.safe_load(DEFAULTS.read_text())[name]
+    return schema_defaults()[name]
 
 
 def field_defaults(cls) -> dict:
