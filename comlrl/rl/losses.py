@@ -18,11 +18,11 @@ A per-token loss ``ℓ_{b,t}`` is reduced by :func:`aggregate_token_loss`, with 
 =================  ============================================================================
 
 Gradient accumulation over ``k`` micro-batches weighs these losses in the update engine, one rule per loss
-type (:func:`comlrl.trainers.core.optimization.micro_batch_weights`, whose module docstring has the table):
-``dapo`` always ends as ``Σ m·ℓ`` over the whole step divided by the step's tokens (micro-batches and ranks),
-with ``num_items_in_batch`` the step's tokens (pettingllms) or each micro-batch's own tokens re-weighted by
-the engine (comlrl); the per-batch means are averaged over the micro-batches (by 1/k in pettingllms, by
-rows in comlrl).
+type, the same in comlrl and pettingllms (:func:`comlrl.trainers.core.optimization.micro_batch_weights`, whose
+module docstring has the table): ``dapo`` always ends as ``Σ m·ℓ`` over the whole step divided by the step's
+tokens (micro-batches and ranks), with ``num_items_in_batch`` the step's tokens (pettingllms) or each
+micro-batch's own tokens re-weighted by the engine (comlrl); the other types weigh each micro-batch by its
+rows and divide by the step's rows (micro-batches and ranks).
 """
 
 from __future__ import annotations

@@ -121,7 +121,7 @@ from pettingllms.trainer.at_grpo_setup import (
     workflow_order,
 )
 from pettingllms.trainer.grouping import MemberTable, at_grpo_group_key, member_table, sample_advantages
-from pettingllms.trainer.losses import accumulation_scale, at_grpo_loss
+from pettingllms.trainer.losses import at_grpo_loss
 from pettingllms.trainer.metrics import SUCCESS_NOTES, StepTable, rollout_metrics
 from pettingllms.trainer.micro_batches import micro_batch_groups
 from pettingllms.trainer.policy_update import PolicyUpdater, UpdateResult
@@ -132,7 +132,6 @@ __all__ = [
     "ATGRPOTrainer",
     "MAX_SEED_RANGE",
     "MemberTable",
-    "accumulation_scale",
     "at_grpo_group_key",
     "at_grpo_loss",
     "draw_problem_ids",

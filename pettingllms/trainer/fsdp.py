@@ -12,7 +12,8 @@ trainers (:mod:`comlrl.trainers.core.fsdp`: the settings from accelerate's ``ACC
   built on its parameters, so the optimizer states are 1/S too.
 - :meth:`ShardedModel.training` brackets an update: the whole model's weights are released, the update runs
   on the sharded module (each layer's forward all-gathers it, each backward reduce-scatters its gradient,
-  **summed** over the ranks: the losses are already divided by the global token and micro-batch counts), and
+  **summed** over the ranks: ``dapo``'s losses are already divided by the global token count, the row-mean
+  types' are weighted by their rows and the engine divides by the global rows), and
   at the end the new weights are all-gathered back into the whole model, once per update.
 
 **Rules the updates follow** (:mod:`pettingllms.trainer.policy_update`, :mod:`pettingllms.trainer.sft`):

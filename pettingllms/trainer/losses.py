@@ -1,7 +1,7 @@
 """AT-GRPO's micro-batch loss: PPO-clip on token log-prob ratios (:func:`comlrl.rl.ppo_clip_loss`) with
-the config's clipping, loss type and KL, and its factor under gradient accumulation (the update engine's rule,
-:func:`comlrl.trainers.core.optimization.micro_batch_weights`; :class:`~pettingllms.trainer.policy_update.
-PolicyUpdater` leaves that factor to the engine)."""
+the config's clipping, loss type and KL. Its weight under gradient accumulation is the update engine's rule,
+the same as comlrl's for the same loss type (:func:`comlrl.trainers.core.optimization.micro_batch_weights`,
+applied by :class:`~pettingllms.trainer.policy_update.PolicyUpdater`)."""
 
 from __future__ import annotations
 
@@ -10,20 +10,11 @@ from typing import TYPE_CHECKING
 import torch
 
 from comlrl.rl import PPOLossOutput, ppo_clip_loss
-from comlrl.trainers.core.optimization import micro_batch_weights
 
 if TYPE_CHECKING:
     from pettingllms.trainer.at_grpo_config import ATGRPOConfig
 
-__all__ = ["accumulation_scale", "at_grpo_loss"]
-
-
-def accumulation_scale(loss_type: str, num_micro_batches: int) -> float:
-    """Factor on a micro-batch loss under gradient accumulation (:func:`micro_batch_weights` with the step's
-    micro-batch count): ``1/k`` for the per-batch means (``grpo``, ``bnpo``/``token``, ``dr_grpo``,
-    ``sequence_sum``), ``1`` for ``dapo``, whose normaliser is already the token count of all ``k``
-    micro-batches."""
-    return micro_batch_weights(loss_type, num_micro_batches=num_micro_batches).weight
+__all__ = ["at_grpo_loss"]
 
 
 def at_grpo_loss(
@@ -34,15 +25,13 @@ def at_grpo_loss(
     *,
     config: ATGRPOConfig,
     max_completion_length: int | None = None,
-    num_micro_batches: int = 1,
     num_items_in_batch: int | None = None,
     ref_logps: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, PPOLossOutput]:
     """The loss to backpropagate for one micro-batch, and the PPO-clip diagnostics.
 
     :func:`comlrl.rl.ppo_clip_loss` with the config's ``epsilon``, ``epsilon_high``, ``dual_clip``,
-    ``loss_type`` and ``beta`` (with ``ref_logps``), scaled by :func:`accumulation_scale` (1 with the default
-    ``num_micro_batches``: the update engine then weighs it).
+    ``loss_type`` and ``beta`` (with ``ref_logps``), unscaled (the update engine weighs it).
     ``num_items_in_batch`` is the completion-token count of the optimizer step (``dapo``);
     ``max_completion_length`` the rollout's (``dr_grpo``'s normaliser; its engine config's).
     """
@@ -60,4 +49,4 @@ def at_grpo_loss(
         ref_logprobs=ref_logps,
         beta=config.beta,
     )
-    return out.loss * accumulation_scale(config.loss_type, num_micro_batches), out
+    return out.loss, out

@@ -12,20 +12,23 @@ with its AdamW, :func:`~comlrl.trainers.core.optimization.build_optimizer`, and 
 :func:`~comlrl.trainers.core.optimization.build_lr_scheduler` over ``max_steps``, advanced once per training
 step by the trainer). Per optimizer step (a group of ``gradient_accumulation_steps`` shuffled micro-batches,
 :func:`~pettingllms.trainer.micro_batches.micro_batch_groups`): backpropagate each micro-batch's
-:func:`~pettingllms.trainer.losses.at_grpo_loss` times its weight
-(:func:`~comlrl.trainers.core.optimization.micro_batch_weights` with the step's micro-batch count: ``1/k``,
-or 1 for ``dapo`` whose normaliser is the step's tokens), clip (the norm is measured even without
-clipping), step, bump the policy's weights version. A non-finite loss part or gradient norm skips the step
-(no parameter change; the engine's ``nonfinite="step"``). Under data parallelism
-(:mod:`comlrl.distributed`) the step's token and micro-batch counts are summed over ranks
-before the first backward, the gradients before clipping, and every rank makes the same number of
+:func:`~pettingllms.trainer.losses.at_grpo_loss` times its weight, the rule comlrl's trainers use for
+the same ``loss_type`` (:func:`~comlrl.trainers.core.optimization.micro_batch_weights`): ``dapo`` weighs 1
+(its normaliser ``num_items_in_batch`` is the step's tokens); the row-mean types (``grpo``, ``bnpo`` /
+``token``, ``dr_grpo``, ``sequence_sum``) weigh their rows and the engine divides by the step's rows, so a
+short last micro-batch counts by its rows (with equal micro-batches: the old ``1/k`` up to float
+rounding). Then clip (the norm is measured even without clipping), step, bump the policy's weights
+version. A non-finite loss part or gradient norm skips the step (no parameter change; the engine's
+``nonfinite="step"``). Under data parallelism (:mod:`comlrl.distributed`) the step's token count is summed
+over ranks before the first backward, the gradients and rows before the division (the engine's hooks,
+:func:`~comlrl.trainers.core.data_parallel.attach_engine`), and every rank makes the same number of
 optimizer steps.
 
 Under FSDP (``sharding``, :mod:`pettingllms.trainer.fsdp`) the update runs on the policy's
 :class:`~pettingllms.trainer.fsdp.ShardedModel` inside its ``training()`` bracket (the AdamW holds the sharded
 parameters): every rank makes the same number of micro-batch forward / backward calls (zero-weight filler
-micro-batches where it has fewer rows, or none), FSDP's reduce-scatter sums the gradients instead of the
-flat all-reduce, and the clipping norm is that of the whole gradient. The reference (``beta > 0``) is
+micro-batches, of 0 rows, where it has fewer rows, or none), FSDP's reduce-scatter sums the gradients
+instead of the flat all-reduce, and the clipping norm is that of the whole gradient. The reference (``beta > 0``) is
 scored in the same number of chunks on every rank.
 """
 
@@ -114,9 +117,11 @@ class PolicyUpdater:
         knobs = engine_settings(config)
         self.scheduler = build_lr_scheduler(knobs, self.optimizer, horizon=config.max_steps)
         handle = policy.handle(name)
-        # The update engine: caller-grouped micro-batches, a non-finite one skips the step, the norm measured.
+        # The update engine: caller-grouped micro-batches, a non-finite one skips the step, the norm measured;
+        # the row-mean loss types divide by the step's rows, dapo's loss is already divided by its tokens.
+        divisors = () if config.loss_type == "dapo" else ("rows",)
         self.steps = GradientSteps(
-            knobs, {name: self.optimizer}, divisors=(), nonfinite="step", measure_grad_norm=True,
+            knobs, {name: self.optimizer}, divisors=divisors, nonfinite="step", measure_grad_norm=True,
             sharded=self.sharded is not None, auto_step=False,
         )  # fmt: skip
         self._data_parallel = False  # whether the engine's data-parallel hooks are attached
@@ -211,18 +216,18 @@ class PolicyUpdater:
         config = self.config
         world, sharded = dist.world_size(), self.sharded is not None
         num_items = int(sum(int(tensors.completion_mask[index].sum()) for index in group))
-        num_micro_batches = len(group)
-        if world > 1:  # the global batch: dapo divides by all ranks' tokens, the 1/k means by all micro-batches
-            num_items, num_micro_batches = (int(v) for v in dist.all_reduce_sum([num_items, num_micro_batches]))
+        if world > 1:  # the global batch: dapo divides by all ranks' tokens (the engine sums the rows)
+            num_items = int(dist.all_reduce_sum([num_items])[0])
         # FSDP: every rank makes the same forward / backward calls, one per micro-batch of the longest group
         calls = dist.all_reduce_max(len(group)) if sharded else len(group)
+        filler = micro_batch_weights(config.loss_type, rows=0, num_items_in_batch=num_items)  # counts nothing
         self.optimizer.zero_grad(set_to_none=True)
         with self.training_model() as model:
-            self._backward(model, tensors, group, extra, stats, num_items, num_micro_batches)
+            self._backward(model, tensors, group, extra, stats, num_items, filler)
             for _ in range(calls - len(group)):
                 logps, _ = per_token_logps(model, fsdp.filler_rows(self.pad_token_id), self.temperature,
                                            share_prompts=config.share_prompts)
-                self.steps.backward(fsdp.zero_weight(logps))
+                self.steps.backward(fsdp.zero_weight(logps), weight=filler)
         # A non-finite part on any rank skips the step on every rank; else the gradients are summed over the
         # ranks (FSDP's reduce-scatter has summed them) and clipped.
         if not self.steps.prepare():
@@ -230,13 +235,13 @@ class PolicyUpdater:
         stats.grad_norms.append(self.steps.last_grad_norm)
         return None
 
-    def _backward(self, model, tensors, group, extra, stats, num_items, num_micro_batches) -> None:
-        """Backpropagate each micro-batch of ``group`` through the engine; the first non-finite one's loss
-        parts discard the step. Under FSDP every micro-batch backpropagates (a non-finite one and those after
-        it zero-weighted), so all ranks make the same calls."""
+    def _backward(self, model, tensors, group, extra, stats, num_items, filler) -> None:
+        """Backpropagate each micro-batch of ``group`` through the engine, weighted by
+        :func:`micro_batch_weights` (its rows; ``dapo``: 1); the first non-finite one's loss parts discard the
+        step. Under FSDP every micro-batch backpropagates (a non-finite one and those after it zero-weighted,
+        as ``filler``: no rows), so all ranks make the same calls."""
         config, policy, steps, sharded = self.config, self.policy, self.steps, self.sharded is not None
         min_width = 2 if sharded and config.share_prompts else 1  # the shared-prompt forward: always two calls
-        weight = micro_batch_weights(config.loss_type, num_micro_batches=num_micro_batches) if group else None
         bad = None
         for index in group:
             steps.start_micro_batch()
@@ -263,10 +268,12 @@ class PolicyUpdater:
                     steps.discard_micro_batch(bad)
                 if not sharded:
                     break
-                steps.backward(fsdp.zero_weight(loss))
+                steps.backward(fsdp.zero_weight(loss), weight=filler)
                 continue
+            num_rows = len(index)
+            weight = micro_batch_weights(config.loss_type, rows=num_rows, num_items_in_batch=num_items)
             steps.backward(loss, weight=weight)
-            steps.end_micro_batch()
+            steps.end_micro_batch(num_rows)
             stats.add_micro_batch(out, entropy)
 
     def _reference_logps(self, tensors: PolicyTensors | None) -> torch.Tensor | None:

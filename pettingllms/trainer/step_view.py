@@ -19,8 +19,8 @@ world size above 1:
   as one process) or of the demonstrations (SFT), and rolls out / scores only those. Groups are per problem,
   so advantages stay local;
 - **reduced**: per optimizer step, the completion-token count (``num_items_in_batch``, the ``dapo`` /
-  SFT normaliser) and the micro-batch count (the ``1/k`` of the per-micro-batch means) are summed over
-  ranks, and after the local backward passes the trainable gradients are summed
+  SFT normaliser) is summed over ranks, and after the local backward passes the trainable gradients (and,
+  for the row-mean loss types, the rows the step divides by) are summed
   (:func:`comlrl.trainers.core.data_parallel.attach_engine`) before clipping, so one optimizer step is the
   one-process step over the same global rows (up to float summation order). The number of optimizer steps is
   agreed with a max, so a rank whose shard holds fewer (or no) rows of a policy still joins every collective,

@@ -24,16 +24,17 @@ from comlrl.trainers.core.optimization import (
 # ------------------------------------------------------------------------------------ the pure rules
 
 
-def test_the_weighting_rule_of_every_loss_type():
-    for loss_type in LOSS_TYPES:
-        divided = micro_batch_weights(loss_type, rows=3, tokens=17, divisor_suffix="/1")
-        scaled = micro_batch_weights(loss_type, rows=3, tokens=17, num_micro_batches=4)
-        if loss_type == "dapo":  # the step's tokens, whichever way round
-            assert divided == MicroBatchWeight(17.0, 17.0, "tokens/1")
-            assert scaled == MicroBatchWeight(1.0)
-        else:  # comlrl: the row-weighted mean; AT-GRPO: the mean of the k micro-batches
-            assert divided == MicroBatchWeight(3.0, 3.0, "rows"), loss_type
-            assert scaled == MicroBatchWeight(0.25), loss_type
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_one_weighting_rule_per_loss_type_in_both_packages(loss_type):
+    # comlrl (GradientSteps.backward_policy) and AT-GRPO / GRPO (PolicyUpdater, which knows the step's tokens
+    # before its first backward: num_items_in_batch) ask micro_batch_weights for the same micro-batch.
+    comlrl = micro_batch_weights(loss_type, rows=3, tokens=17, divisor_suffix="/1")
+    pettingllms = micro_batch_weights(loss_type, rows=3, tokens=17, num_items_in_batch=40)
+    if loss_type == "dapo":  # the step's tokens: divided after (comlrl) or already in the loss (pettingllms)
+        assert comlrl == MicroBatchWeight(17.0, 17.0, "tokens/1")
+        assert pettingllms == MicroBatchWeight(1.0)
+    else:  # the row-weighted mean: its rows, divided by the step's rows (every micro-batch's and rank's)
+        assert comlrl == pettingllms == MicroBatchWeight(3.0, 3.0, "rows")
     assert micro_batch_weights(None, rows=5) == MicroBatchWeight(5.0, 5.0, "rows")  # DPO, Bradley–Terry, values
 
 
@@ -41,7 +42,6 @@ def test_the_weighting_rule_of_every_loss_type():
     ("kwargs", "message"),
     [
         ({"loss_type": "mean"}, "`loss_type` must be one of"),
-        ({"loss_type": "bnpo", "num_micro_batches": 0}, "`num_micro_batches` must be >= 1, got 0"),
         ({"loss_type": "dapo"}, r"`tokens` \(the micro-batch's completion tokens\) must be >= 0 for dapo, got None"),
         ({"loss_type": "grpo", "rows": -1}, "`rows` must be >= 0, got -1"),
     ],
@@ -206,26 +206,28 @@ def test_an_undeclared_divisor_is_refused():
 # ------------------------------------------------------------------------------------ nonfinite="step"
 
 
-def step_engine(**knobs):
+def step_engine(divisors=(), **knobs):
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 1)
     optimizer = build_optimizer(model.parameters(), learning_rate=0.1)
-    steps = GradientSteps(SimpleNamespace(**knobs), {"p": optimizer}, divisors=(), nonfinite="step",
+    steps = GradientSteps(SimpleNamespace(**knobs), {"p": optimizer}, divisors=divisors, nonfinite="step",
                           measure_grad_norm=True, auto_step=False)  # fmt: skip
     return model, steps
 
 
-def test_step_mode_scales_each_micro_batch_and_measures_the_norm_without_clipping():
-    model, steps = step_engine(gradient_accumulation_steps=2)
+def test_step_mode_weighs_each_micro_batch_by_its_rows_and_measures_the_norm_without_clipping():
+    model, steps = step_engine(("rows",), gradient_accumulation_steps=2)
     x = torch.randn(4, 3)
     reference = torch.nn.Linear(3, 1)
     reference.load_state_dict(model.state_dict())
-    for part in (x[:3], x[3:]):
+    for part in (x[:3], x[3:]):  # unequal micro-batches: the step is the mean over all 4 rows
         steps.start_micro_batch()
-        steps.backward(model(part).mean(), weight=micro_batch_weights("grpo", num_micro_batches=2))
-        steps.end_micro_batch()
+        steps.backward(model(part).mean(), weight=micro_batch_weights("grpo", rows=len(part), num_items_in_batch=9))
+        steps.end_micro_batch(len(part))
     assert steps.global_step == 0 and steps.prepare()  # the caller steps
-    (0.5 * reference(x[:3]).mean() + 0.5 * reference(x[3:]).mean()).backward()
+    reference(x).mean().backward()
+    for got, want in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-6, atol=1e-7)
     want = float(torch.nn.utils.get_total_norm([p.grad for p in reference.parameters()]))
     assert steps.last_grad_norm == pytest.approx(want, rel=1e-6)
     assert steps.take() and steps.global_step == 1 and all(p.grad is None for p in model.parameters())
@@ -272,3 +274,25 @@ def test_step_mode_keeps_one_divisor():
         steps.add_divisors("tokens/0")
     with pytest.raises(ValueError, match="`nonfinite` must be one of"):
         GradientSteps(SimpleNamespace(), {}, nonfinite="never")
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_attach_engine_sums_the_rows_over_ranks_only_for_an_engine_that_divides(monkeypatch, sharded):
+    # AT-GRPO's row-mean loss types divide by the step's rows of every rank (FSDP: the counts only, the
+    # reduce-scatter sums the gradients); dapo and SFT (no divisor) sum no count, as before.
+    from comlrl import distributed as dist
+    from comlrl.trainers.core.data_parallel import attach_engine
+
+    calls = []
+    monkeypatch.setattr(dist, "world_size", lambda: 2)
+    monkeypatch.setattr(dist, "all_reduce_sum", lambda values: calls.append("count") or [2 * float(v) for v in values])
+    monkeypatch.setattr(dist, "all_reduce_gradients", lambda params: calls.append("grads"))
+    for divisors, want in ((("rows",), 8.0), ((), 4.0)):
+        model, steps = step_engine(divisors)
+        attach_engine(steps, sharded=sharded, skips=False)
+        calls.clear()
+        if sharded and not divisors:
+            assert steps.all_reduce is None
+            continue
+        assert steps.all_reduce(list(model.parameters()), 4.0) == want
+        assert calls == (["grads"] if not sharded else []) + (["count"] if divisors else [])

@@ -15,7 +15,7 @@ from pettingllms.execution import GroupKey, ProblemOutcome, RolloutBatch, Sample
 from pettingllms.trainer import at_grpo
 from pettingllms.trainer.at_grpo_config import ATGRPOConfig
 from pettingllms.trainer.grouping import at_grpo_group_key, member_table, sample_advantages
-from pettingllms.trainer.losses import accumulation_scale, at_grpo_loss
+from pettingllms.trainer.losses import at_grpo_loss
 from pettingllms.trainer.metrics import episode_successes, rollout_metrics
 from pettingllms.trainer.micro_batches import micro_batch_groups
 from pettingllms.trainer.problems import draw_problem_ids, problem_order
@@ -261,15 +261,13 @@ def test_epsilon_high_raises_only_the_upper_clip():
     assert float(out.clip_ratio_region) == 0.0
 
 
-def test_gradient_accumulation_divides_mean_losses_but_not_dapo():
-    for loss_type, factor in (("bnpo", 0.5), ("grpo", 0.5), ("dr_grpo", 0.5), ("dapo", 1.0)):
-        config = ATGRPOConfig(loss_type=loss_type)
-        _, one, _ = run_loss(config, num_items_in_batch=10)
-        _, two, _ = run_loss(config, num_items_in_batch=10, num_micro_batches=2)
-        assert float(two.detach()) == pytest.approx(factor * float(one.detach()), rel=1e-7), loss_type
-        assert accumulation_scale(loss_type, 2) == factor
-    with pytest.raises(ValueError, match="`num_micro_batches` must be >= 1"):
-        accumulation_scale("bnpo", 0)
+def test_the_micro_batch_loss_is_unscaled_the_update_engine_weighs_it():
+    # The accumulation weight is micro_batch_weights' (tests/comlrl/test_update_engine.py), not the loss's.
+    for loss_type in ("bnpo", "grpo", "dr_grpo", "dapo"):
+        _, loss, out = run_loss(ATGRPOConfig(loss_type=loss_type), num_items_in_batch=10)
+        assert loss is out.loss, loss_type
+    with pytest.raises(TypeError, match="num_micro_batches"):
+        run_loss(ATGRPOConfig(loss_type="bnpo"), num_micro_batches=2)
 
 
 def test_beta_adds_the_k3_reference_kl_per_token():
@@ -527,7 +525,7 @@ def test_at_grpo_re_exports_the_pieces_from_their_modules():
 
     homes = {
         grouping: ["MemberTable", "at_grpo_group_key", "member_table", "sample_advantages"],
-        losses: ["accumulation_scale", "at_grpo_loss"],
+        losses: ["at_grpo_loss"],
         metrics: ["rollout_metrics"],
         micro_batches: ["micro_batch_groups"],
         problems: ["MAX_SEED_RANGE", "draw_problem_ids", "problem_order"],

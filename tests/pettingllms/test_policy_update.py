@@ -9,12 +9,15 @@ bonus per candidate index so the advantages are not all 0.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from comlrl.trainers.core.optimization import GradientSteps, warmup_steps_for
+from comlrl.rl import LOSS_TYPES
+from comlrl.trainers.core.optimization import GradientSteps, MicroBatchWeight, warmup_steps_for
 from pettingllms.trainer import policy_update
 from pettingllms.trainer.at_grpo import ATGRPOTrainer
 from pettingllms.trainer.at_grpo_config import ATGRPOConfig
@@ -195,3 +198,88 @@ def test_the_update_steps_through_the_engine(tmp_path, tiny_model_path):
     updater.steps.take = lambda: taken.append(1) or take()
     (metrics,) = trainer.train()
     assert len(taken) == metrics["policy/shared/optimizer_steps"] > 0
+
+
+# ------------------------------------------------------------------------------------ accumulation weighting
+
+
+@pytest.fixture(scope="module")
+def five_rows(tmp_path_factory, tiny_model_path):
+    """Five rows of policy ``shared`` from one trainer step, of one completion length (so ``bnpo``'s token mean
+    of a micro-batch is its row mean too)."""
+    _, rows, _ = captured_step(tmp_path_factory.mktemp("rows"), tiny_model_path)
+    lengths = rows.completion_mask.sum(-1).tolist()
+    common = max(set(lengths), key=lengths.count)
+    index = torch.tensor([i for i, n in enumerate(lengths) if n == common][:5])
+    assert len(index) == 5
+    tensors = {f.name: getattr(rows, f.name)[index] for f in dataclasses.fields(rows) if f.name not in ("policy", "samples")}
+    return dataclasses.replace(rows, **tensors, samples=[rows.samples[i] for i in index.tolist()])
+
+
+def spied_update(tmp_path, model_path, rows, name, **overrides):
+    """A fresh updater's update of ``rows`` (one optimizer step): its result, the gradients it stepped on,
+    the micro-batch weights it back-propagated with (and each micro-batch's rows), and the parameters after."""
+    fresh = make_trainer(tmp_path, model_path, "L1", cls=ATGRPOTrainer, name=name, **overrides)
+    updater = PolicyUpdater(fresh.config, fresh.policy, "shared", sampling=fresh.engine.config)
+    params = fresh.policy.trainable_parameters("shared")
+    grads, weights = [], []
+    take, backward, end = updater.steps.take, updater.steps.backward, updater.steps.end_micro_batch
+
+    def spy_take():
+        grads.append([torch.zeros_like(p) if p.grad is None else p.grad.detach().clone() for p in params])
+        return take()
+
+    def spy_backward(loss, rows=None, *, weight=None):
+        weights.append(weight)
+        return backward(loss, rows, weight=weight)
+
+    def spy_end(rows=0):
+        weights[-1] = (weights[-1], rows)
+        return end(rows)
+
+    updater.steps.take, updater.steps.backward, updater.steps.end_micro_batch = spy_take, spy_backward, spy_end
+    result = updater.update(copy.deepcopy(rows), step=1)
+    return result, grads, weights, [p.detach().clone() for p in params]
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo"])
+def test_unequal_micro_batches_make_the_step_of_one_batch_of_all_rows(loss_type, five_rows, tmp_path, tiny_model_path):
+    # 5 rows: one micro-batch of 5, or micro-batches of 3 and 2 in one step (k = 2). Each micro-batch weighs its
+    # rows and the step divides by 5 (comlrl's rule), so the short one is not over-weighted as 1/k did.
+    # adam_epsilon 1: AdamW's first step is about lr·g, so the parameters show the gradient's scale too.
+    knobs = dict(loss_type=loss_type, adam_epsilon=1.0)
+    one = spied_update(tmp_path, tiny_model_path, five_rows, "one", per_device_train_batch_size=5, **knobs)
+    two = spied_update(tmp_path, tiny_model_path, five_rows, "two", per_device_train_batch_size=3,
+                       gradient_accumulation_steps=2, **knobs)  # fmt: skip
+    for result, _, _, _ in (one, two):
+        assert result.events == [("finite",)]
+    for got, want in zip(two[1][0], one[1][0]):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-7)
+    for got, want in zip(two[3], one[3]):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-8)
+    assert sorted(two[2], key=lambda w: w[1]) == [(MicroBatchWeight(n, n, "rows"), n) for n in (2.0, 3.0)]
+
+
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_the_same_loss_type_weighs_micro_batches_alike_in_both_packages(loss_type, five_rows, tmp_path, tiny_model_path):
+    # pettingllms: PolicyUpdater's micro-batches of 3 and 2 rows; comlrl: GradientSteps.backward_policy of the
+    # same micro-batches (an agent's rows and tokens).
+    result, _, petting, _ = spied_update(tmp_path, tiny_model_path, five_rows, "p", loss_type=loss_type,
+                                         per_device_train_batch_size=3, gradient_accumulation_steps=2)  # fmt: skip
+    assert result.events == [("finite",)] and sorted(rows for _, rows in petting) == [2, 3]
+    param = torch.nn.Parameter(torch.zeros(1))
+    steps = GradientSteps(SimpleNamespace(gradient_accumulation_steps=2), {"m": torch.optim.SGD([param], lr=0.1)})
+    steps.add_divisors("tokens/0")
+    comlrl, backward = [], steps.backward
+    steps.backward = lambda loss, rows=None, *, weight=None: comlrl.append(weight) or backward(loss, rows, weight=weight)
+    length = int(five_rows.completion_mask.sum(-1)[0])
+    for _, rows in petting:
+        steps.start_micro_batch()
+        steps.backward_policy(param.sum(), rows, loss_type=loss_type, policy_loss=param.sum(), tokens=rows * length)
+        steps.end_micro_batch(rows)
+    order, petting = [rows for _, rows in petting], [weight for weight, _ in petting]
+    if loss_type == "dapo":  # the step's tokens: already in pettingllms' loss, divided after in comlrl
+        assert petting == [MicroBatchWeight(1.0)] * 2
+        assert comlrl == [MicroBatchWeight(rows * length, rows * length, "tokens/0") for rows in order]
+    else:  # its rows, divided by the step's rows
+        assert comlrl == petting == [MicroBatchWeight(rows, rows, "rows") for rows in order]

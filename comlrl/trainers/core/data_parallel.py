@@ -174,18 +174,21 @@ def _is_shard(param: torch.Tensor) -> bool:
 
 
 def attach_engine(steps: Any, *, sharded: bool = False, skips: bool = True) -> None:
-    """Make an update engine (:class:`~comlrl.trainers.core.optimization.GradientSteps`) whose micro-batch
-    weights are already normalised by the global counts (pettingllms' AT-GRPO / GRPO / SFT updates: summed
-    before the first backward, so no count is summed) sum its gradients over the ranks before clipping (not
-    ``sharded``: FSDP's reduce-scatter has summed them) and, with ``skips``, skip a step that is non-finite on
-    any rank on every rank, naming the ranks. Nothing in one process."""
+    """Make a pettingllms update engine (:class:`~comlrl.trainers.core.optimization.GradientSteps`: AT-GRPO /
+    GRPO / SFT, whose micro-batches are grouped by the caller) sum its gradients over the ranks before clipping
+    (not ``sharded``: FSDP's reduce-scatter has summed them) and, when it has a divisor (AT-GRPO's ``"rows"``
+    of the row-mean loss types), the divisor's count too; without one (``dapo``, SFT: the losses are already
+    divided by the global token count, summed before the first backward) no count is summed. With ``skips``
+    a step that is non-finite on any rank is skipped on every rank, naming the ranks. Nothing in one process."""
     if dist.world_size() == 1:
         return
-    if not sharded:
+    counted = bool(getattr(steps, "divisors", ()))
+    if not sharded or counted:
 
         def all_reduce(params: list, count: float) -> float:
-            dist.all_reduce_gradients(params)
-            return count
+            if not sharded:
+                dist.all_reduce_gradients(params)
+            return dist.all_reduce_sum([count])[0] if counted else count
 
         steps.all_reduce = all_reduce
     if skips:

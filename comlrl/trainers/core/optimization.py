@@ -18,38 +18,33 @@ The comlrl trainers let a group of ``gradient_accumulation_steps`` (k) micro-bat
 and its SFT warm start group their micro-batches themselves (``auto_step=False``) and call :meth:`prepare`
 (gradients summed over ranks, divided, clipped; False when the step is skipped) then :meth:`take`.
 
-**Accumulation: one weighting rule per loss type** (:func:`micro_batch_weights`). A micro-batch loss is
-back-propagated times a *weight*; with a *divisor* the step then divides the gradients by the sum, over the
-step's micro-batches and the ranks, of what each micro-batch *counts*. Two ways to the same target, the
-gradient of the loss of one batch as large as the whole step:
+**Accumulation: one weighting rule per loss type** (:func:`micro_batch_weights`), the same in both packages:
+a micro-batch loss is back-propagated times a *weight*; with a *divisor* the step then divides the gradients
+by the sum, over the step's micro-batches and the ranks, of what each micro-batch *counts*. The target: the
+gradient of the loss of one batch as large as the whole step.
 
-=====================================  =============================================  =========================================
-loss type                              comlrl trainers (the step's size is unknown    pettingllms AT-GRPO / GRPO (the step's
-                                       until its last micro-batch: divide after)      micro-batches are known before: scale)
-=====================================  =============================================  =========================================
-``dapo``                               weight = its own tokens, divided by the        weight 1: ``num_items_in_batch`` is
-                                       step's tokens (per agent): Σ per-token         already the step's tokens (every rank's):
-                                       losses / the step's tokens                     Σ per-token losses / the step's tokens
-``grpo``, ``bnpo`` / ``token``,        weight = rows, divided by the step's rows:     weight 1/k, k = the step's micro-batches
-``dr_grpo``, ``sequence_sum``          the row-weighted mean of the micro-batch       (every rank's): the plain mean of the
-                                       losses                                         micro-batch losses
-DPO (MADPO), Bradley–Terry (reward     weight = rows, divided by the step's rows      (not used)
+=====================================  ==========================================================================
+loss type                              weight (comlrl trainers and pettingllms AT-GRPO / GRPO alike)
+=====================================  ==========================================================================
+``dapo``                               TRL's: Σ per-token losses / the step's tokens (every micro-batch's and
+                                       rank's; comlrl per agent). comlrl (the step's size is known at its end):
+                                       weight = its own tokens, divided by the step's tokens; AT-GRPO (known
+                                       before): the loss's ``num_items_in_batch`` is the step's tokens, weight 1
+``grpo``, ``bnpo`` / ``token``,        weight = rows, divided by the step's rows (every micro-batch's and
+``dr_grpo``, ``sequence_sum``          rank's): the row-weighted mean of the micro-batch losses
+DPO (MADPO), Bradley–Terry (reward     weight = rows, divided by the step's rows (comlrl only)
 model), value losses (critics)
-SFT negative log-likelihood            (not used)                                     one micro-batch per step, divided by
-                                                                                      the batch's tokens (every rank's)
-=====================================  =============================================  =========================================
+SFT negative log-likelihood            (pettingllms' warm start) one micro-batch per step, divided by the
+                                       batch's tokens (every rank's)
+=====================================  ==========================================================================
 
-``dapo`` is the same rule in both packages (TRL's: the whole optimizer step's completion tokens, over its
-micro-batches and ranks; comlrl's float rounding differs from pettingllms' since it divides after). The
-row-mean loss types still differ between the packages **only when the micro-batches of one step hold
-different numbers of rows** (an epoch's partial last batch, a rank's shard, AT-GRPO's last micro-batch of a
-policy's rows): comlrl weighs each micro-batch by its rows, AT-GRPO each by 1/k; with equal micro-batches
-both are the mean over the step's rows, the update of one micro-batch k times larger (``bnpo`` / ``token``
-and ``grpo`` average per micro-batch first, so with unequal token counts neither equals the big batch's
-token mean; only ``dapo`` does). Kept as they are so that no trainer's numbers move; deciding one rule is
-left for later.
+For ``grpo``, ``dr_grpo``, ``sequence_sum`` (a mean over rows) the step is exactly the gradient of the loss of
+one batch of all its rows, whatever the micro-batches' row counts (an epoch's partial last batch, a rank's
+shard, AT-GRPO's last micro-batch of a policy's rows, an FSDP filler: 0 rows); ``bnpo`` / ``token`` (a
+micro-batch's token mean) is when the micro-batches' mean tokens per row agree. (AT-GRPO scaled each by
+1/k before; with equal micro-batches that is the same step up to float rounding.)
 
-With k = 1 in one process (``weighted`` False) a comlrl micro-batch's loss is back-propagated as it is (the
+With k = 1 in one process (``weighted`` False) a micro-batch's loss is back-propagated as it is (the
 weights and the division cancel). A skipped micro-batch (``nonfinite="micro_batch"``, comlrl) adds nothing
 (the others' gradients are kept) but holds its place in the group, so the groups stay those of the larger
 batch; with ``nonfinite="step"`` (pettingllms) a non-finite micro-batch, or a non-finite gradient norm,
@@ -59,8 +54,8 @@ skips the whole optimizer step (:attr:`last_skip` says what).
 over the ranks (``all_reduce``, set by :meth:`comlrl.trainers.core.data_parallel.DataParallel.attach` or
 :func:`comlrl.trainers.core.data_parallel.attach_engine`), so the division gives the global mean; a skip on
 any rank skips on all (``any_rank`` per micro-batch, ``any_rank_skips`` per step). Under FSDP (``sharded``)
-the reduce-scatter has already summed the gradients (no ``all_reduce``) and the clipping norm is that of the
-whole gradient over every rank's shards (:func:`clip_grad_norm`).
+the reduce-scatter has already summed the gradients (``all_reduce`` sums only the counts) and the clipping
+norm is that of the whole gradient over every rank's shards (:func:`clip_grad_norm`).
 
 **LR schedule.** ``transformers.get_scheduler`` (:func:`build_lr_scheduler`) for every optimizer, over a
 *phase* whose optimizer steps the trainer counts before it starts (:meth:`begin_phase`): the whole run of
@@ -146,24 +141,22 @@ def micro_batch_weights(
     *,
     rows: float = 0,
     tokens: float | None = None,
-    num_micro_batches: int | None = None,
+    num_items_in_batch: float | None = None,
     divisor_suffix: str = "",
 ) -> MicroBatchWeight:
-    """The weighting rule of the module docstring's table for one micro-batch.
+    """The weighting rule of the module docstring's table for one micro-batch (both packages).
 
     ``loss_type``: one of :data:`comlrl.rl.LOSS_TYPES`, or None for a loss that is a mean over the rows (DPO,
-    Bradley–Terry, value losses). ``num_micro_batches`` given: the step's micro-batch count over every rank,
-    known before its first backward (pettingllms): ``dapo`` weighs 1 (its loss is already normalised by the
-    step's tokens), the other types 1/k. Not given (comlrl, the step's size is known at its end): ``dapo``
-    weighs its loss (normalised by its own ``tokens``) by ``tokens`` and divides by the step's tokens (divisor
-    ``"tokens" + divisor_suffix``, one per agent), the other types by ``rows``, divided by the step's rows."""
+    Bradley–Terry, value losses). Every type but ``dapo``: weight ``rows``, divided by the step's rows.
+    ``dapo`` with ``num_items_in_batch`` (the step's tokens over every rank, known before its first backward:
+    pettingllms, whose loss already divides by it): weight 1, no division; without (comlrl): its loss
+    (normalised by its own ``tokens``) times ``tokens``, divided by the step's tokens (divisor
+    ``"tokens" + divisor_suffix``, one per agent)."""
     if loss_type is not None and loss_type not in LOSS_TYPES:
         raise ValueError(f"`loss_type` must be one of {LOSS_TYPES} (or None: a mean over rows), got {loss_type!r}")
-    if num_micro_batches is not None:
-        if num_micro_batches < 1:
-            raise ValueError(f"`num_micro_batches` must be >= 1, got {num_micro_batches}")
-        return MicroBatchWeight(1.0 if loss_type == "dapo" else 1.0 / num_micro_batches)
     if loss_type == "dapo":
+        if num_items_in_batch is not None:
+            return MicroBatchWeight(1.0)
         if tokens is None or tokens < 0:
             raise ValueError(f"`tokens` (the micro-batch's completion tokens) must be >= 0 for dapo, got {tokens!r}")
         return MicroBatchWeight(float(tokens), float(tokens), "tokens" + divisor_suffix)
