@@ -11,10 +11,32 @@ from comlrl.trainers.core.train_options import CheckpointPlan
 from comlrl.trainers.core.trainer import MultiAgentTrainerBase
 from comlrl.trainers.online_rl.policy_learning import PolicyLearner, task_reward_fn
 
-__all__ = ["OnlineRLTrainer"]
+__all__ = ["OnlineRLTrainer", "RLStageAttributes"]
 
 
-class OnlineRLTrainer(MultiAgentTrainerBase):
+class RLStageAttributes:
+    """The public attributes a trainer with an RL stage (``self.rl``, a :class:`PolicyLearner`) shows: its
+    critics, their optimizers and the reference policy; MAGRPO / IAC / MAAC and MARLHF share them."""
+
+    rl: PolicyLearner
+
+    @property
+    def critics(self) -> list[Any]:
+        """The RL stage's critics (maac / iac), persisting across epochs (and rounds)."""
+        return self.rl.critics
+
+    @property
+    def critic_optimizers(self) -> list[Any]:
+        """One AdamW per critic, in critic order (the public attribute)."""
+        return self.rl.critic_optimizers
+
+    @property
+    def reference_policy(self) -> Any:
+        """The frozen initial agents of the reference KL (None when ``reference_kl_enabled`` is off)."""
+        return self.rl.reference
+
+
+class OnlineRLTrainer(RLStageAttributes, MultiAgentTrainerBase):
     """Online RL on the task reward: ``num_train_epochs`` epochs of :meth:`PolicyLearner.run_epoch` over the
     training items (the base of :class:`~comlrl.trainers.reinforce.MAGRPOTrainer`,
     :class:`~comlrl.trainers.actor_critic.IACTrainer` and :class:`~comlrl.trainers.actor_critic.MAACTrainer`).
@@ -50,21 +72,6 @@ class OnlineRLTrainer(MultiAgentTrainerBase):
                 "external_transition=... (it returns each agent's next prompt) or set num_turns=1"
             )
         return transition
-
-    @property
-    def critics(self) -> list[Any]:
-        """The critics (value models), persisting across epochs."""
-        return self.rl.critics
-
-    @property
-    def critic_optimizers(self) -> list[Any]:
-        """One AdamW per critic, in critic order (the public attribute)."""
-        return self.rl.critic_optimizers
-
-    @property
-    def reference_policy(self) -> Any:
-        """The frozen initial agents of the reference KL (None when ``reference_kl_enabled`` is off)."""
-        return self.rl.reference
 
     def _run(self, plan: CheckpointPlan) -> None:
         items = self._require_train_items()

@@ -45,6 +45,7 @@ from comlrl.trainers.core.oracle import Oracle
 from comlrl.trainers.core.sampling import ItemSample
 from comlrl.trainers.core.train_options import UNSET
 from comlrl.trainers.online_rl.policy_learning import PolicyLearner, RewardFn
+from comlrl.trainers.online_rl.trainer import RLStageAttributes
 from comlrl.trainers.preference.base import PreferenceTrainerBase
 from comlrl.trainers.preference.config import MARLHFConfig, MARLHFIterConfig
 from comlrl.trainers.preference.records import PreferencePair
@@ -93,7 +94,7 @@ def reward_model_fn(model: JointRewardModel, batch_size: int | None = None) -> R
     return score
 
 
-class MARLHFTrainer(PreferenceTrainerBase):
+class MARLHFTrainer(RLStageAttributes, PreferenceTrainerBase):
     """Multi-Agent RL from Human Feedback (see the module docstring).
 
     Takes the public CoMLRL constructor keywords (see :class:`~comlrl.trainers.core.trainer.MultiAgentTrainerBase`)
@@ -130,21 +131,6 @@ class MARLHFTrainer(PreferenceTrainerBase):
         self.rl = self.add_part(
             PolicyLearner(self, critic_model=critic_model, critics=critics, metrics_callback=metrics_callback)
         )
-
-    @property
-    def critics(self) -> list[Any]:
-        """The RL stage's critics (maac / iac), persisting across epochs and rounds."""
-        return self.rl.critics
-
-    @property
-    def critic_optimizers(self) -> list[Any]:
-        """One AdamW per critic, in critic order (the public attribute)."""
-        return self.rl.critic_optimizers
-
-    @property
-    def reference_policy(self) -> Any:
-        """The RL stage's frozen initial agents (None when ``reference_kl_enabled`` is off)."""
-        return self.rl.reference
 
     def train(
         self,
