@@ -98,7 +98,7 @@ class SFTWarmStartConfig:
     - ``max_grad_norm``: gradient clipping norm (``0`` disables clipping).
     """
 
-    num_problems: int = field(default=64, metadata={"help": "Instances the oracle plays for demonstrations."})
+    num_problems: int = field(default=200, metadata={"help": "Instances the oracle plays for demonstrations."})
     seed_start: int = field(default=0, metadata={"help": "First demonstration instance seed."})
     tool_candidates: int = field(
         default=1, metadata={"help": "Most tool calls per tool-agent demonstration (oracle among random ones)."}
@@ -113,7 +113,7 @@ class SFTWarmStartConfig:
         default=(), metadata={"help": "Turn orders the oracle plays (empty: the run's workflow)."}
     )
     num_train_epochs: int = field(default=3, metadata={"help": "Passes over each policy's demonstrations."})
-    learning_rate: float = field(default=1e-3, metadata={"help": "AdamW learning rate (constant)."})
+    learning_rate: float = field(default=2e-3, metadata={"help": "AdamW learning rate (constant)."})
     per_device_train_batch_size: int = field(default=8, metadata={"help": "Demonstrations per optimizer step."})
     max_length: int = field(default=1024, metadata={"help": "Longest prompt + response kept, in tokens."})
     max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm; 0 disables it."})
