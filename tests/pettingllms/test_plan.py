@@ -220,7 +220,7 @@ def test_cpu_devices_share_the_host_memory(tiny_model_path):
 
 def test_the_prompt_bound_covers_the_prompts_of_a_real_rollout(tiny_model_path, tmp_path):
     from comlrl.models import load_tokenizer
-    from pettingllms.stages.at_grpo import at_grpo_config
+    from pettingllms.stages.at_grpo import at_grpo_config, rollout_config
     from pettingllms.stages.context import run_policy_config, workflow_env
     from pettingllms.trainer.at_grpo import ATGRPOTrainer
 
@@ -228,7 +228,7 @@ def test_the_prompt_bound_covers_the_prompts_of_a_real_rollout(tiny_model_path, 
                          "rollout.max_completion_length=8", "env.max_turns=2")
     bound = measure_prompt_tokens(config, load_tokenizer(tiny_model_path))
     name, fields, options = workflow_env(config, purpose="train")
-    trainer = ATGRPOTrainer(at_grpo_config("at_grpo", config, tmp_path, progress=False),
+    trainer = ATGRPOTrainer(at_grpo_config("at_grpo", config, tmp_path, progress=False), rollout=rollout_config(config),
                             model=run_policy_config(config), env_name=name, env_config=fields, agent_options=options)
     batch = trainer.generate_and_score(list(range(3)), 1)
     longest = max(len(s.prompt_ids) for s in batch.samples)
@@ -242,7 +242,7 @@ import gc, json, sys
 import torch
 torch.set_num_threads(1)
 from pettingllms.config import load_config
-from pettingllms.stages.at_grpo import at_grpo_config
+from pettingllms.stages.at_grpo import at_grpo_config, rollout_config
 from pettingllms.stages.context import run_policy_config, workflow_env
 from pettingllms.trainer.at_grpo import ATGRPOTrainer
 
@@ -252,8 +252,8 @@ def status(key):
 
 def trainer_for(config, out):
     name, fields, options = workflow_env(config, purpose="train")
-    return ATGRPOTrainer(at_grpo_config("at_grpo", config, out, progress=False), model=run_policy_config(config),
-                         env_name=name, env_config=fields, agent_options=options)
+    return ATGRPOTrainer(at_grpo_config("at_grpo", config, out, progress=False), rollout=rollout_config(config),
+                         model=run_policy_config(config), env_name=name, env_config=fields, agent_options=options)
 
 name, overrides, out = json.loads(sys.argv[1])
 warm = load_config(name, [*overrides, "model.name=test-tiny", "rollout.max_completion_length=4"])
