@@ -15,7 +15,6 @@ pipeline sets itself). ``at_grpo`` / ``grpo`` / ``rollout``: test_section_defaul
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import types
 
@@ -30,6 +29,7 @@ from pettingllms.config.loader import (
     schema_defaults,
     section_to_dataclass,
 )
+from tests.pettingllms.test_section_defaults import field_defaults
 
 # Keys of the sft section that are no SFTWarmStartConfig field: none (stages/sft.py reads the section into it whole).
 SFT_STAGE_KEYS: frozenset[str] = frozenset()
@@ -64,16 +64,6 @@ POLICY_NOT_YET_KEYS = frozenset({"models"})
 # policy.lora key -> the LoraConfig argument PolicyConfig.lora_config passes it as (task_type is fixed).
 LORA_ARGUMENT_OF = {"r": "r", "alpha": "lora_alpha", "dropout": "lora_dropout", "target_modules": "target_modules"}
 LORA_FIXED_ARGUMENTS = {"task_type": "CAUSAL_LM"}
-
-
-def field_defaults(cls) -> dict:
-    out = {}
-    for f in dataclasses.fields(cls):
-        if f.default is not dataclasses.MISSING:
-            out[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            out[f.name] = f.default_factory()
-    return out
 
 
 def get(mapping, path):
