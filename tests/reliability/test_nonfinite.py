@@ -149,8 +149,7 @@ def watch_steps(owner, name, poison=None, bad_calls=(), modules=()):
 
 
 def trainer_of(owner):
-    """What holds the policies: the trainer itself, or for its RL stage (``trainer.rl``) the stage's host."""
-    return getattr(owner, "host", owner)
+    return getattr(owner, "trainer", owner)
 
 
 def unchanged(before, after):

@@ -129,9 +129,7 @@ class MARLHFTrainer(RLStageAttributes, PreferenceTrainerBase):
         )
         self.reward_model: JointRewardModel | None = None
         self.rl = self.add_part(
-            PolicyLearner(
-                self.rl_host(), critic_model=critic_model, critics=critics, metrics_callback=metrics_callback
-            )
+            PolicyLearner(self, critic_model=critic_model, critics=critics, metrics_callback=metrics_callback)
         )
 
     def train(
