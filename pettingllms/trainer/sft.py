@@ -21,17 +21,13 @@ with its own chat-template handling; this loop is short, reuses the engine's pro
 ``comlrl.scoring.completion_logprobs``, and keeps every policy's data in one place.
 
 The optimizer steps go through comlrl's update engine (:class:`~comlrl.trainers.core.optimization.GradientSteps`:
-its AdamW; ``gradient_accumulation_steps`` consecutive batches per optimizer step, each batch's NLL weighted
-by its tokens and the step divided by the step's tokens over its batches and the ranks (the engine's
-dapo-like token divisor, :func:`~comlrl.trainers.core.optimization.micro_batch_weights`), so a step is that
-of one batch of all its demonstrations; the LR schedule over each policy's optimizer steps
-(:meth:`~comlrl.trainers.core.optimization.GradientSteps.begin_phase`); the gradient norm measured and
-clipped; :func:`~comlrl.trainers.core.data_parallel.attach_engine` under data parallelism).
+its AdamW, one micro-batch per step whose loss is already normalised by the batch's tokens, the gradient
+norm measured and clipped; :func:`~comlrl.trainers.core.data_parallel.attach_engine` under data parallelism).
 
 Data-parallel (under ``accelerate launch`` / ``torchrun``, see :mod:`pettingllms.trainer.step_view`):
 every rank draws the same shuffled global batches of ``per_device_train_batch_size`` demonstrations and scores its
-contiguous shard of each; the gradients and token counts are summed over ranks and the NLL divided by the
-global token count before clipping, so each optimizer step is the one-process step over the same
+contiguous shard of each; the NLL is divided by the global token count (summed over ranks) and the
+gradients are summed before clipping, so each optimizer step is the one-process step over the same
 batch (a rank with an empty shard contributes zero gradients). Only rank 0 logs and shows progress. With
 FSDP selected (:mod:`pettingllms.trainer.fsdp`) each policy trains as a sharded module (AdamW states
 sharded too; a rank with an empty shard runs a zero-weight filler forward and backward, FSDP sums the
@@ -45,6 +41,7 @@ import math
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -55,14 +52,8 @@ from comlrl.rollout.prompts import render_prompt
 from comlrl.scoring import completion_logprobs
 from comlrl.seeding import derive_seed
 from comlrl.trainers.core.data_parallel import attach_engine
-from comlrl.trainers.core.optimization import (
-    GradientSteps,
-    accumulated_steps,
-    build_optimizer,
-    micro_batch_weights,
-)
-from comlrl.trainers.core.training_knobs import OptimizerStepFields, check_schedule_keywords
-from comlrl.validation import check_float, check_int, help_field
+from comlrl.trainers.core.optimization import GradientSteps, build_optimizer
+from comlrl.validation import check_float, check_int
 from pettingllms.trainer import fsdp
 
 __all__ = [
@@ -78,7 +69,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class SFTWarmStartConfig(OptimizerStepFields):
+class SFTWarmStartConfig:
     """Settings of the ``sft`` pipeline stage (the ``sft`` section of a run config).
 
     > Parameters that control the demonstrations
@@ -100,20 +91,11 @@ class SFTWarmStartConfig(OptimizerStepFields):
     > Parameters that control training
 
     - ``num_train_epochs``: passes over each policy's demonstrations.
-    - ``learning_rate``: AdamW (peak) learning rate.
-    - ``per_device_train_batch_size``: demonstrations per micro-batch (TRL's name; in one process TRL's
+    - ``learning_rate``: AdamW learning rate (constant).
+    - ``per_device_train_batch_size``: demonstrations per optimizer step (TRL's name; in one process TRL's
       meaning, while data-parallel ranks share each such batch, each scoring its shard).
     - ``max_length``: longest prompt + response (tokens) kept; longer examples are dropped and counted.
-
-    > Parameters that control the optimizer steps: comlrl's
-    :class:`~comlrl.trainers.core.training_knobs.OptimizerStepFields` (declared and checked there), with
-    ``max_grad_norm`` defaulting to ``1.0`` here (``0`` / ``None`` disables clipping)
-
-    - ``gradient_accumulation_steps``: consecutive batches per optimizer step (an epoch's last step may hold
-      fewer); the step is that of one batch of all their demonstrations (token-weighted NLL).
-    - ``lr_scheduler_type`` / ``lr_scheduler_kwargs`` / ``warmup_steps`` / ``warmup_ratio``: transformers'
-      schedule over each policy's optimizer steps (all its epochs); default ``constant``.
-    - ``max_grad_norm``: gradient clipping norm.
+    - ``max_grad_norm``: gradient clipping norm (``0`` disables clipping).
     """
 
     num_problems: int = field(default=200, metadata={"help": "Instances the oracle plays for demonstrations."})
@@ -131,27 +113,23 @@ class SFTWarmStartConfig(OptimizerStepFields):
         default=(), metadata={"help": "Turn orders the oracle plays (empty: the run's workflow)."}
     )
     num_train_epochs: int = field(default=3, metadata={"help": "Passes over each policy's demonstrations."})
-    learning_rate: float = field(default=2e-3, metadata={"help": "AdamW (peak) learning rate."})
-    per_device_train_batch_size: int = field(default=8, metadata={"help": "Demonstrations per micro-batch."})
+    learning_rate: float = field(default=2e-3, metadata={"help": "AdamW learning rate (constant)."})
+    per_device_train_batch_size: int = field(default=8, metadata={"help": "Demonstrations per optimizer step."})
     max_length: int = field(default=1024, metadata={"help": "Longest prompt + response kept, in tokens."})
-    # The optimizer-step knobs are OptimizerStepFields'; only the defaults that differ here.
-    max_grad_norm: float | None = help_field("Gradient clipping norm; 0 or None disables it.", 1.0)
+    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm; 0 disables it."})
 
     def __post_init__(self) -> None:
         for name in ("num_problems", "num_train_epochs", "per_device_train_batch_size", "max_length", "tool_candidates"):
             check_int(name, getattr(self, name), 1, spell_out=True)
         check_int("seed_start", self.seed_start, 0, spell_out=True)
         check_float("learning_rate", self.learning_rate, gt=0, spell_out=True)
-        self._normalize_training_knobs()
-        self._validate_step_knobs()  # the inherited optimizer-step knobs, checked where they are declared
+        check_float("max_grad_norm", self.max_grad_norm, ge=0, spell_out=True)
         check_float("late_turn_fraction", self.late_turn_fraction, ge=0, le=1, spell_out=True)
         if isinstance(self.workflows, (str, bytes)) or not all(
             isinstance(w, (list, tuple)) and w and all(isinstance(r, str) and r for r in w) for w in self.workflows
         ):
             raise ValueError(f"`workflows` must be a list of turn orders (lists of role names), got {self.workflows!r}")
         self.workflows = tuple(tuple(w) for w in self.workflows)
-        check_schedule_keywords(self)
-        self._warn_ineffective_training_knobs()
 
     @property
     def seeds(self) -> range:
@@ -236,12 +214,7 @@ def sft_warm_start(
     per_device_train_batch_size: int,
     seed: int,
     max_length: int,
-    max_grad_norm: float | None = 1.0,
-    gradient_accumulation_steps: int = 1,
-    lr_scheduler_type: str = "constant",
-    lr_scheduler_kwargs: Mapping[str, Any] | None = None,
-    warmup_steps: int = 0,
-    warmup_ratio: float = 0.0,
+    max_grad_norm: float = 1.0,
     logger=None,
     progress: bool = True,
     role_policies: Mapping[str, str] | None = None,
@@ -253,10 +226,7 @@ def sft_warm_start(
     policy sees them; it may name roles the policy does not play (e.g. a shared model that also learns the
     single agent's role). ``logger`` (a
     :class:`comlrl.reporting.MetricsLogger`) receives ``sft/<policy>/loss`` and ``sft/<policy>/grad_norm``
-    every optimizer step. ``gradient_accumulation_steps`` consecutive batches make one optimizer step (the
-    step of one batch of all their demonstrations); the LR schedule (``lr_scheduler_type``, ...) runs over
-    each policy's optimizer steps. The summary holds per policy ``examples``, ``dropped_too_long``, ``steps``
-    (optimizer steps),
+    every step. The summary holds per policy ``examples``, ``dropped_too_long``, ``steps``,
     ``loss_first_step`` (the untrained policy's loss on its first batch), ``loss_epoch<i>`` (mean loss
     of epoch i, from 1) and ``loss_first`` / ``loss_last`` (first / last epoch's mean). Shuffling draws
     from a generator seeded by ``(seed, policy)``; dropout, if any, from torch's generator seeded by
@@ -265,10 +235,7 @@ def sft_warm_start(
     config = SFTWarmStartConfig(
         num_train_epochs=num_train_epochs, learning_rate=learning_rate,
         per_device_train_batch_size=per_device_train_batch_size, max_length=max_length,
-        max_grad_norm=max_grad_norm, gradient_accumulation_steps=gradient_accumulation_steps,
-        lr_scheduler_type=lr_scheduler_type,
-        lr_scheduler_kwargs=None if lr_scheduler_kwargs is None else dict(lr_scheduler_kwargs),
-        warmup_steps=warmup_steps, warmup_ratio=warmup_ratio,
+        max_grad_norm=max_grad_norm,
     )
     sharding = fsdp.fsdp_for_world(dist.init_distributed())
     if sharding is not None:
@@ -297,7 +264,9 @@ def sft_warm_start(
             log.warning("sft: policy %r has no demonstrations (roles %s); it is not trained", name, roles)
             continue
         plans.append((name, examples, pad_id))
-    total_steps = sum(_optimizer_steps(len(ex), config) for _, ex, _ in plans)
+    total_steps = sum(
+        config.num_train_epochs * math.ceil(len(ex) / config.per_device_train_batch_size) for _, ex, _ in plans
+    )
 
     from tqdm.auto import tqdm
 
@@ -317,20 +286,14 @@ def sft_warm_start(
     return metrics
 
 
-def _optimizer_steps(num_examples: int, config: SFTWarmStartConfig) -> int:
-    """A policy's optimizer steps over all its epochs (an epoch's batches grouped by the accumulation)."""
-    batches = math.ceil(num_examples / config.per_device_train_batch_size)
-    return config.num_train_epochs * accumulated_steps(batches, config.gradient_accumulation_steps)
-
-
 def _backward_shard(
     model, rows: Sequence[TokenizedExample], pad_id: int, steps: GradientSteps, sharded: bool = False
-) -> tuple[torch.Tensor, float]:
-    """Data-parallel: backpropagate (through ``steps``) this rank's shard of a batch, its NLL summed over its
-    tokens and counting them (the engine's step sums the gradients and the counts over ranks and micro-batches,
-    then divides), and return the global batch's loss and token count (the same on every rank).
-    ``sharded`` (FSDP): every rank makes one forward and one backward call (a filler row where its shard is
-    empty, zero-weighted like a non-finite loss, counting nothing), and FSDP sums the gradients."""
+) -> torch.Tensor:
+    """Data-parallel: backpropagate (through ``steps``) this rank's shard of a batch with its NLL divided by
+    the batch's global token count, and return the global batch's loss (the same on every rank; the engine's
+    step sums the gradients over ranks). ``sharded`` (FSDP): every rank makes one forward and one backward
+    call (a filler row where its shard is empty, zero-weighted like a non-finite loss), and FSDP sums the
+    gradients."""
     numerator = None
     count = 0.0
     if rows or sharded:
@@ -342,18 +305,10 @@ def _backward_shard(
         raise ValueError("`mask` selects no tokens: every completion in the batch is empty")
     loss = torch.tensor(total / global_count)
     if count and torch.isfinite(loss):  # a non-finite loss raises on every rank alike
-        steps.backward(numerator, weight=_token_weight(count, normalised=False))
+        steps.backward(numerator / global_count)
     elif sharded:
-        steps.backward(fsdp.zero_weight(numerator), weight=_token_weight(0.0, normalised=False))
-    return loss, global_count
-
-
-def _token_weight(tokens: float, *, normalised: bool = True):
-    """The engine's dapo-like weight of a micro-batch of ``tokens`` completion tokens: its NLL times its
-    tokens (``normalised``: the loss is its token mean; else already their sum), the step divided by its
-    tokens over micro-batches and ranks."""
-    weight = micro_batch_weights("dapo", tokens=tokens)
-    return weight if normalised else type(weight)(1.0, weight.count, weight.divisor)
+        steps.backward(fsdp.zero_weight(numerator))
+    return loss
 
 
 def _cuda_devices(policy) -> list[int]:
@@ -371,15 +326,11 @@ def _train_policy(policy, name, examples, pad_id, config, seed, logger, bar, ste
     if sharded is not None:
         params = sharded.parameters()
     optimizer = build_optimizer(params, learning_rate=config.learning_rate, weight_decay=0.0)
-    # `gradient_accumulation_steps` batches per step, each batch's NLL weighted by its tokens and the step divided
-    # by the step's tokens (every micro-batch's and rank's; one batch in one process: its loss as it is); the
-    # norm is measured (max_grad_norm 0: no clipping) and, data-parallel, the gradients summed over ranks
-    # before it; the LR schedule runs over this policy's optimizer steps.
-    steps = GradientSteps(config, {name: optimizer}, divisors=("tokens",), measure_grad_norm=True,
-                          sharded=sharded is not None, auto_step=False)  # fmt: skip
+    # One micro-batch per step, its loss normalised by the batch's tokens (every rank's); the norm is measured
+    # (max_grad_norm 0: no clipping) and, data-parallel, the gradients summed over ranks before it.
+    steps = GradientSteps(SimpleNamespace(max_grad_norm=config.max_grad_norm), {name: optimizer}, divisors=(),
+                          measure_grad_norm=True, sharded=sharded is not None, auto_step=False)  # fmt: skip
     attach_engine(steps, sharded=sharded is not None, skips=False)
-    steps.begin_phase(_optimizer_steps(len(examples), config))
-    k = config.gradient_accumulation_steps
     generator = torch.Generator().manual_seed(derive_seed(seed, "sft", "shuffle", name))
     was_training = handle.model.training
     handle.model.train()
@@ -389,13 +340,11 @@ def _train_policy(policy, name, examples, pad_id, config, seed, logger, bar, ste
         with policy.activate(name), (nullcontext(handle.model) if sharded is None else sharded.training()) as model:
             for epoch in range(config.num_train_epochs):
                 losses: list[float] = []
-                batches = shuffled_batches(len(examples), config.per_device_train_batch_size, generator)
-                group: list[tuple[float, float]] = []  # (loss, tokens) of the step's batches so far
-                for index, batch in enumerate(batches):
+                for batch in shuffled_batches(len(examples), config.per_device_train_batch_size, generator):
                     steps.start_micro_batch()
                     if dist.world_size() > 1:
                         rows = [examples[i] for i in dist.shard(batch)]
-                        loss, tokens = _backward_shard(model, rows, pad_id, steps, sharded is not None)
+                        loss = _backward_shard(model, rows, pad_id, steps, sharded is not None)
                     else:
                         rows = [examples[i] for i in batch]
                         logprobs, mask = completion_logprobs(
@@ -405,40 +354,34 @@ def _train_policy(policy, name, examples, pad_id, config, seed, logger, bar, ste
                             pad_token_id=pad_id,
                             requires_grad=True,
                         )
-                        loss, tokens = sft_loss(logprobs, mask), float(mask.sum())
+                        loss = sft_loss(logprobs, mask)
                     if not torch.isfinite(loss):
                         raise FloatingPointError(
                             f"sft: non-finite loss {loss.item()} for policy {name!r} at epoch {epoch + 1}; "
                             f"lower `learning_rate` (got {config.learning_rate})"
                         )
                     if dist.world_size() == 1:
-                        steps.backward(loss, weight=_token_weight(tokens))
+                        steps.backward(loss)
                     steps.end_micro_batch()
-                    losses.append(loss.item())
-                    group.append((losses[-1], tokens))
-                    if step == first_step and len(losses) == 1:
-                        first_step_loss = losses[-1]  # the untrained policy's loss on its first batch
-                    if len(group) < k and index + 1 < len(batches):
-                        continue
-                    steps.step()  # sum over ranks (data parallel), divide, measure and clip the norm, step
+                    steps.step()  # sum over ranks (data parallel), measure and clip the norm, step
                     grad_norm = steps.last_grad_norm
                     policy.bump_version(name)
                     step += 1
-                    # the step's loss: that of one batch of all its demonstrations (token-weighted)
-                    step_loss = group[0][0] if len(group) == 1 else (
-                        sum(value * t for value, t in group) / sum(t for _, t in group)
-                    )
-                    group = []
+                    losses.append(loss.item())
+                    if step == first_step + 1:
+                        first_step_loss = losses[-1]  # the untrained policy's loss on its first batch
                     if logger is not None and dist.is_main_process():
-                        logger.log({f"sft/{name}/loss": step_loss, f"sft/{name}/grad_norm": grad_norm}, step=step)
+                        logger.log({f"sft/{name}/loss": losses[-1], f"sft/{name}/grad_norm": grad_norm}, step=step)
                     bar.update(1)
-                    bar.set_postfix(policy=name, epoch=epoch + 1, loss=f"{step_loss:.3f}")
+                    bar.set_postfix(policy=name, epoch=epoch + 1, loss=f"{losses[-1]:.3f}")
                 epoch_means.append(sum(losses) / len(losses))
                 metrics[f"sft/{name}/loss_epoch{epoch + 1}"] = epoch_means[-1]
     finally:
         optimizer.zero_grad(set_to_none=True)
         handle.model.train(was_training)
-    metrics[f"sft/{name}/steps"] = float(_optimizer_steps(len(examples), config))
+    metrics[f"sft/{name}/steps"] = float(
+        config.num_train_epochs * math.ceil(len(examples) / config.per_device_train_batch_size)
+    )
     metrics[f"sft/{name}/loss_first_step"] = first_step_loss
     metrics[f"sft/{name}/loss_first"] = epoch_means[0]
     metrics[f"sft/{name}/loss_last"] = epoch_means[-1]
