@@ -119,8 +119,11 @@ def sft_stage(
     return sft_warm_start(
         policy, demos, num_train_epochs=settings.num_train_epochs, learning_rate=settings.learning_rate,
         per_device_train_batch_size=settings.per_device_train_batch_size, seed=config["run"]["seed"],
-        max_length=settings.max_length,
-        max_grad_norm=settings.max_grad_norm, logger=logger, progress=progress, role_policies=role_policies,
+        max_length=settings.max_length, max_grad_norm=settings.max_grad_norm,
+        gradient_accumulation_steps=settings.gradient_accumulation_steps,
+        lr_scheduler_type=settings.lr_scheduler_type, lr_scheduler_kwargs=settings.lr_scheduler_kwargs,
+        warmup_steps=settings.warmup_steps, warmup_ratio=settings.warmup_ratio,
+        logger=logger, progress=progress, role_policies=role_policies,
     )
 
 

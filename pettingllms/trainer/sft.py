@@ -21,13 +21,16 @@ with its own chat-template handling; this loop is short, reuses the engine's pro
 ``comlrl.scoring.completion_logprobs``, and keeps every policy's data in one place.
 
 The optimizer steps go through comlrl's update engine (:class:`~comlrl.trainers.core.optimization.GradientSteps`:
-its AdamW, one micro-batch per step whose loss is already normalised by the batch's tokens, the gradient
-norm measured and clipped; :func:`~comlrl.trainers.core.data_parallel.attach_engine` under data parallelism).
+its AdamW; ``gradient_accumulation_steps`` consecutive batches per optimizer step, each batch's summed NLL
+divided by the step's tokens before it is back-propagated, so a step is that of one batch of all its
+demonstrations (their token mean); the LR schedule over each policy's optimizer steps
+(:meth:`~comlrl.trainers.core.optimization.GradientSteps.begin_phase`); the gradient norm measured and
+clipped; :func:`~comlrl.trainers.core.data_parallel.attach_engine` under data parallelism).
 
 Data-parallel (under ``accelerate launch`` / ``torchrun``, see :mod:`pettingllms.trainer.step_view`):
 every rank draws the same shuffled global batches of ``per_device_train_batch_size`` demonstrations and scores its
-contiguous shard of each; the NLL is divided by the global token count (summed over ranks) and the
-gradients are summed before clipping, so each optimizer step is the one-process step over the same
+contiguous shard of each; the NLL is divided by the step's global token count (every rank knows it: the
+batches are the same everywhere) and the gradients are summed over ranks before clipping, so each optimizer step is the one-process step over the same
 batch (a rank with an empty shard contributes zero gradients). Only rank 0 logs and shows progress. With
 FSDP selected (:mod:`pettingllms.trainer.fsdp`) each policy trains as a sharded module (AdamW states
 sharded too; a rank with an empty shard runs a zero-weight filler forward and backward, FSDP sums the
@@ -41,7 +44,6 @@ import math
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -52,8 +54,9 @@ from comlrl.rollout.prompts import render_prompt
 from comlrl.scoring import completion_logprobs
 from comlrl.seeding import derive_seed
 from comlrl.trainers.core.data_parallel import attach_engine
-from comlrl.trainers.core.optimization import GradientSteps, build_optimizer
-from comlrl.validation import check_float, check_int
+from comlrl.trainers.core.optimization import GradientSteps, accumulated_steps, build_optimizer
+from comlrl.trainers.core.training_knobs import OptimizerStepFields, check_schedule_keywords
+from comlrl.validation import check_float, check_int, help_field
 from pettingllms.trainer import fsdp
 
 __all__ = [
@@ -69,7 +72,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class SFTWarmStartConfig:
+class SFTWarmStartConfig(OptimizerStepFields):
     """Settings of the ``sft`` pipeline stage (the ``sft`` section of a run config).
 
     > Parameters that control the demonstrations
@@ -91,11 +94,20 @@ class SFTWarmStartConfig:
     > Parameters that control training
 
     - ``num_train_epochs``: passes over each policy's demonstrations.
-    - ``learning_rate``: AdamW learning rate (constant).
-    - ``per_device_train_batch_size``: demonstrations per optimizer step (TRL's name; in one process TRL's
+    - ``learning_rate``: AdamW (peak) learning rate.
+    - ``per_device_train_batch_size``: demonstrations per micro-batch (TRL's name; in one process TRL's
       meaning, while data-parallel ranks share each such batch, each scoring its shard).
     - ``max_length``: longest prompt + response (tokens) kept; longer examples are dropped and counted.
-    - ``max_grad_norm``: gradient clipping norm (``0`` disables clipping).
+
+    > Parameters that control the optimizer steps: comlrl's
+    :class:`~comlrl.trainers.core.training_knobs.OptimizerStepFields` (declared and checked there, as for
+    ``at_grpo``), with ``max_grad_norm`` defaulting to ``1.0`` here (``0`` / ``None`` disables clipping)
+
+    - ``gradient_accumulation_steps``: consecutive batches per optimizer step (an epoch's last step may hold
+      fewer); the step is that of one batch of all their demonstrations (the token mean of their NLL).
+    - ``lr_scheduler_type`` / ``lr_scheduler_kwargs`` / ``warmup_steps`` / ``warmup_ratio``: transformers'
+      schedule over each policy's optimizer steps (all its epochs); default ``constant``.
+    - ``max_grad_norm``: gradient clipping norm.
     """
 
     num_problems: int = field(default=200, metadata={"help": "Instances the oracle plays for demonstrations."})
@@ -113,23 +125,27 @@ class SFTWarmStartConfig:
         default=(), metadata={"help": "Turn orders the oracle plays (empty: the run's workflow)."}
     )
     num_train_epochs: int = field(default=3, metadata={"help": "Passes over each policy's demonstrations."})
-    learning_rate: float = field(default=2e-3, metadata={"help": "AdamW learning rate (constant)."})
-    per_device_train_batch_size: int = field(default=8, metadata={"help": "Demonstrations per optimizer step."})
+    learning_rate: float = field(default=2e-3, metadata={"help": "AdamW (peak) learning rate."})
+    per_device_train_batch_size: int = field(default=8, metadata={"help": "Demonstrations per micro-batch."})
     max_length: int = field(default=1024, metadata={"help": "Longest prompt + response kept, in tokens."})
-    max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm; 0 disables it."})
+    # The optimizer-step knobs are OptimizerStepFields'; only the default that differs is restated.
+    max_grad_norm: float | None = help_field("Gradient clipping norm; 0 or None disables it.", 1.0)
 
     def __post_init__(self) -> None:
         for name in ("num_problems", "num_train_epochs", "per_device_train_batch_size", "max_length", "tool_candidates"):
             check_int(name, getattr(self, name), 1, spell_out=True)
         check_int("seed_start", self.seed_start, 0, spell_out=True)
         check_float("learning_rate", self.learning_rate, gt=0, spell_out=True)
-        check_float("max_grad_norm", self.max_grad_norm, ge=0, spell_out=True)
+        self._normalize_training_knobs()
+        self._validate_step_knobs()  # the inherited optimizer-step knobs, checked where they are declared
         check_float("late_turn_fraction", self.late_turn_fraction, ge=0, le=1, spell_out=True)
         if isinstance(self.workflows, (str, bytes)) or not all(
             isinstance(w, (list, tuple)) and w and all(isinstance(r, str) and r for r in w) for w in self.workflows
         ):
             raise ValueError(f"`workflows` must be a list of turn orders (lists of role names), got {self.workflows!r}")
         self.workflows = tuple(tuple(w) for w in self.workflows)
+        check_schedule_keywords(self)
+        self._warn_ineffective_training_knobs()
 
     @property
     def seeds(self) -> range:
@@ -214,7 +230,12 @@ def sft_warm_start(
     per_device_train_batch_size: int,
     seed: int,
     max_length: int,
-    max_grad_norm: float = 1.0,
+    max_grad_norm: float | None = 1.0,
+    gradient_accumulation_steps: int = 1,
+    lr_scheduler_type: str = "constant",
+    lr_scheduler_kwargs: Mapping[str, Any] | None = None,
+    warmup_steps: int = 0,
+    warmup_ratio: float = 0.0,
     logger=None,
     progress: bool = True,
     role_policies: Mapping[str, str] | None = None,
@@ -226,8 +247,10 @@ def sft_warm_start(
     policy sees them; it may name roles the policy does not play (e.g. a shared model that also learns the
     single agent's role). ``logger`` (a
     :class:`comlrl.reporting.MetricsLogger`) receives ``sft/<policy>/loss`` and ``sft/<policy>/grad_norm``
-    every step. The summary holds per policy ``examples``, ``dropped_too_long``, ``steps``,
-    ``loss_first_step`` (the untrained policy's loss on its first batch), ``loss_epoch<i>`` (mean loss
+    every optimizer step. ``gradient_accumulation_steps`` consecutive batches make one optimizer step (the
+    step of one batch of all their demonstrations); the LR schedule (``lr_scheduler_type``, ...) runs over
+    each policy's optimizer steps. The summary holds per policy ``examples``, ``dropped_too_long``, ``steps``
+    (optimizer steps), ``loss_first_step`` (the untrained policy's loss on its first step), ``loss_epoch<i>`` (mean loss
     of epoch i, from 1) and ``loss_first`` / ``loss_last`` (first / last epoch's mean). Shuffling draws
     from a generator seeded by ``(seed, policy)``; dropout, if any, from torch's generator seeded by
     ``seed`` inside a forked RNG state, so the caller's random streams are left as they were.
@@ -235,7 +258,10 @@ def sft_warm_start(
     config = SFTWarmStartConfig(
         num_train_epochs=num_train_epochs, learning_rate=learning_rate,
         per_device_train_batch_size=per_device_train_batch_size, max_length=max_length,
-        max_grad_norm=max_grad_norm,
+        max_grad_norm=max_grad_norm, gradient_accumulation_steps=gradient_accumulation_steps,
+        lr_scheduler_type=lr_scheduler_type,
+        lr_scheduler_kwargs=None if lr_scheduler_kwargs is None else dict(lr_scheduler_kwargs),
+        warmup_steps=warmup_steps, warmup_ratio=warmup_ratio,
     )
     sharding = fsdp.fsdp_for_world(dist.init_distributed())
     if sharding is not None:
@@ -264,9 +290,7 @@ def sft_warm_start(
             log.warning("sft: policy %r has no demonstrations (roles %s); it is not trained", name, roles)
             continue
         plans.append((name, examples, pad_id))
-    total_steps = sum(
-        config.num_train_epochs * math.ceil(len(ex) / config.per_device_train_batch_size) for _, ex, _ in plans
-    )
+    total_steps = sum(_optimizer_steps(len(ex), config) for _, ex, _ in plans)
 
     from tqdm.auto import tqdm
 
@@ -286,14 +310,39 @@ def sft_warm_start(
     return metrics
 
 
+def _optimizer_steps(num_examples: int, config: SFTWarmStartConfig) -> int:
+    """A policy's optimizer steps over all its epochs (an epoch's batches grouped by the accumulation)."""
+    batches = math.ceil(num_examples / config.per_device_train_batch_size)
+    return config.num_train_epochs * accumulated_steps(batches, config.gradient_accumulation_steps)
+
+
+def _step_tokens(examples: Sequence[TokenizedExample], group: Sequence[Sequence[int]]) -> float:
+    """The response tokens (EOS included) of an optimizer step's batches: the divisor of its NLL."""
+    return float(sum(len(examples[i].completion_ids) for batch in group for i in batch))
+
+
+def _backward_batch(
+    model, rows: Sequence[TokenizedExample], pad_id: int, steps: GradientSteps, step_tokens: float, alone: bool
+) -> float:
+    """One process: backpropagate (through ``steps``) a batch's NLL divided by the step's tokens and return
+    that part of the step's loss. ``alone`` (the step's only batch): its token-mean NLL (:func:`sft_loss`)."""
+    prompts, completions = [r.prompt_ids for r in rows], [r.completion_ids for r in rows]
+    logprobs, mask = completion_logprobs(model, prompts, completions, pad_token_id=pad_id, requires_grad=True)
+    part = sft_loss(logprobs, mask) if alone else -(logprobs * mask).sum() / step_tokens
+    if torch.isfinite(part):  # a non-finite loss raises in the caller
+        steps.backward(part)
+    return part.item()
+
+
 def _backward_shard(
-    model, rows: Sequence[TokenizedExample], pad_id: int, steps: GradientSteps, sharded: bool = False
-) -> torch.Tensor:
+    model, rows: Sequence[TokenizedExample], pad_id: int, steps: GradientSteps, step_tokens: float,
+    sharded: bool = False,
+) -> float:
     """Data-parallel: backpropagate (through ``steps``) this rank's shard of a batch with its NLL divided by
-    the batch's global token count, and return the global batch's loss (the same on every rank; the engine's
-    step sums the gradients over ranks). ``sharded`` (FSDP): every rank makes one forward and one backward
-    call (a filler row where its shard is empty, zero-weighted like a non-finite loss), and FSDP sums the
-    gradients."""
+    the step's global token count, and return the global batch's part of the step's loss (the same on every
+    rank; the engine's step sums the gradients over ranks). ``sharded`` (FSDP): every rank makes one forward
+    and one backward call (a filler row where its shard is empty, zero-weighted like a non-finite loss), and
+    FSDP sums the gradients."""
     numerator = None
     count = 0.0
     if rows or sharded:
@@ -303,12 +352,12 @@ def _backward_shard(
     total, global_count = dist.all_reduce_sum([float(numerator.detach()) if count else 0.0, count])
     if global_count == 0:
         raise ValueError("`mask` selects no tokens: every completion in the batch is empty")
-    loss = torch.tensor(total / global_count)
-    if count and torch.isfinite(loss):  # a non-finite loss raises on every rank alike
-        steps.backward(numerator / global_count)
+    part = torch.tensor(total / step_tokens)
+    if count and torch.isfinite(part):  # a non-finite loss raises on every rank alike
+        steps.backward(numerator / step_tokens)
     elif sharded:
         steps.backward(fsdp.zero_weight(numerator))
-    return loss
+    return part.item()
 
 
 def _cuda_devices(policy) -> list[int]:
@@ -326,11 +375,14 @@ def _train_policy(policy, name, examples, pad_id, config, seed, logger, bar, ste
     if sharded is not None:
         params = sharded.parameters()
     optimizer = build_optimizer(params, learning_rate=config.learning_rate, weight_decay=0.0)
-    # One micro-batch per step, its loss normalised by the batch's tokens (every rank's); the norm is measured
-    # (max_grad_norm 0: no clipping) and, data-parallel, the gradients summed over ranks before it.
-    steps = GradientSteps(SimpleNamespace(max_grad_norm=config.max_grad_norm), {name: optimizer}, divisors=(),
-                          measure_grad_norm=True, sharded=sharded is not None, auto_step=False)  # fmt: skip
+    # Each batch's NLL arrives divided by its step's tokens (every batch's and rank's): the engine sums the
+    # gradients over ranks (data parallel), measures the norm (max_grad_norm 0: no clipping), clips and
+    # steps; the LR schedule runs over this policy's optimizer steps.
+    steps = GradientSteps(config, {name: optimizer}, divisors=(), measure_grad_norm=True,
+                          sharded=sharded is not None, auto_step=False)  # fmt: skip
     attach_engine(steps, sharded=sharded is not None, skips=False)
+    steps.begin_phase(_optimizer_steps(len(examples), config))
+    k = config.gradient_accumulation_steps
     generator = torch.Generator().manual_seed(derive_seed(seed, "sft", "shuffle", name))
     was_training = handle.model.training
     handle.model.train()
@@ -340,36 +392,33 @@ def _train_policy(policy, name, examples, pad_id, config, seed, logger, bar, ste
         with policy.activate(name), (nullcontext(handle.model) if sharded is None else sharded.training()) as model:
             for epoch in range(config.num_train_epochs):
                 losses: list[float] = []
-                for batch in shuffled_batches(len(examples), config.per_device_train_batch_size, generator):
-                    steps.start_micro_batch()
-                    if dist.world_size() > 1:
-                        rows = [examples[i] for i in dist.shard(batch)]
-                        loss = _backward_shard(model, rows, pad_id, steps, sharded is not None)
-                    else:
-                        rows = [examples[i] for i in batch]
-                        logprobs, mask = completion_logprobs(
-                            model,
-                            [r.prompt_ids for r in rows],
-                            [r.completion_ids for r in rows],
-                            pad_token_id=pad_id,
-                            requires_grad=True,
-                        )
-                        loss = sft_loss(logprobs, mask)
-                    if not torch.isfinite(loss):
-                        raise FloatingPointError(
-                            f"sft: non-finite loss {loss.item()} for policy {name!r} at epoch {epoch + 1}; "
-                            f"lower `learning_rate` (got {config.learning_rate})"
-                        )
-                    if dist.world_size() == 1:
-                        steps.backward(loss)
-                    steps.end_micro_batch()
+                batches = shuffled_batches(len(examples), config.per_device_train_batch_size, generator)
+                for start in range(0, len(batches), k):
+                    group = batches[start : start + k]
+                    step_tokens = _step_tokens(examples, group)
+                    loss = 0.0
+                    for batch in group:
+                        steps.start_micro_batch()
+                        if dist.world_size() > 1:
+                            rows = [examples[i] for i in dist.shard(batch)]
+                            part = _backward_shard(model, rows, pad_id, steps, step_tokens, sharded is not None)
+                        else:
+                            rows = [examples[i] for i in batch]
+                            part = _backward_batch(model, rows, pad_id, steps, step_tokens, alone=len(group) == 1)
+                        if not math.isfinite(part):
+                            raise FloatingPointError(
+                                f"sft: non-finite loss {part} for policy {name!r} at epoch {epoch + 1}; "
+                                f"lower `learning_rate` (got {config.learning_rate})"
+                            )
+                        steps.end_micro_batch()
+                        loss += part
                     steps.step()  # sum over ranks (data parallel), measure and clip the norm, step
                     grad_norm = steps.last_grad_norm
                     policy.bump_version(name)
                     step += 1
-                    losses.append(loss.item())
+                    losses.append(loss)
                     if step == first_step + 1:
-                        first_step_loss = losses[-1]  # the untrained policy's loss on its first batch
+                        first_step_loss = losses[-1]  # the untrained policy's loss on its first step
                     if logger is not None and dist.is_main_process():
                         logger.log({f"sft/{name}/loss": losses[-1], f"sft/{name}/grad_norm": grad_norm}, step=step)
                     bar.update(1)
@@ -379,9 +428,7 @@ def _train_policy(policy, name, examples, pad_id, config, seed, logger, bar, ste
     finally:
         optimizer.zero_grad(set_to_none=True)
         handle.model.train(was_training)
-    metrics[f"sft/{name}/steps"] = float(
-        config.num_train_epochs * math.ceil(len(examples) / config.per_device_train_batch_size)
-    )
+    metrics[f"sft/{name}/steps"] = float(_optimizer_steps(len(examples), config))
     metrics[f"sft/{name}/loss_first_step"] = first_step_loss
     metrics[f"sft/{name}/loss_first"] = epoch_means[0]
     metrics[f"sft/{name}/loss_last"] = epoch_means[-1]

@@ -435,3 +435,87 @@ def test_warm_start_steps_through_the_update_engine(tiny_model_path, monkeypatch
     policy = MultiAgentPolicy.shared(tiny_model_path, ["tool", "plan"])
     metrics = _train(policy, _demos(range(3)), num_train_epochs=1, max_grad_norm=0.0)
     assert len(norms) == metrics["sft/steps"] == 2 and all(n > 0 for n in norms)  # 6 examples, batches of 4
+
+
+class _Recorder:
+    """A logger that keeps what it is given."""
+
+    def __init__(self):
+        self.rows = []
+
+    def log(self, row, step):
+        self.rows.append((step, dict(row)))
+
+
+def test_accumulating_two_batches_is_one_batch_of_both(tiny_model_path, monkeypatch):
+    """k=2 over two batches of 3 is the step of one batch of 6: each batch's NLL weighted by its tokens and
+    the step divided by the step's tokens (the same shuffled examples: one permutation, cut differently).
+    Compared: the step's (clipped) gradients, its loss and norm (Adam's first update is about sign(g), so the
+    weights would magnify float rounding of near-zero gradients)."""
+    from comlrl.trainers.core import optimization
+
+    grads = []
+    take = optimization.GradientSteps.take
+    monkeypatch.setattr(optimization.GradientSteps, "take", lambda self: grads.append(
+        [p.grad.clone() for p in self._params()]) or take(self))  # fmt: skip
+    demos = _demos(range(3))  # 6 examples
+    rows = []
+    for batch_size, k in ((3, 2), (6, 1)):
+        policy = MultiAgentPolicy.shared(tiny_model_path, ["tool", "plan"])
+        logger = _Recorder()
+        metrics = _train(policy, demos, num_train_epochs=1, per_device_train_batch_size=batch_size,
+                         gradient_accumulation_steps=k, logger=logger)
+        assert metrics["sft/shared/steps"] == metrics["sft/steps"] == 1 and policy.version("shared") == 1
+        rows.append(logger.rows)
+    assert len(grads) == 2 and [step for step, _ in rows[0]] == [step for step, _ in rows[1]] == [1]
+    for key in ("sft/shared/loss", "sft/shared/grad_norm"):
+        assert rows[0][0][1][key] == pytest.approx(rows[1][0][1][key], rel=1e-5)
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
+
+
+def test_accumulation_groups_batches_per_epoch(tiny_model_path):
+    policy = MultiAgentPolicy.shared(tiny_model_path, ["tool", "plan"])
+    # 12 examples in batches of 4: 3 batches per epoch, k=2: steps of 2 and 1 batches, 2 per epoch.
+    metrics = _train(policy, _demos(range(6)), num_train_epochs=2, gradient_accumulation_steps=2)
+    assert metrics["sft/shared/steps"] == metrics["sft/steps"] == 4 == policy.version("shared")
+
+
+def test_linear_schedule_sets_each_steps_rate_as_transformers_would(tiny_model_path, monkeypatch):
+    from transformers import get_scheduler
+
+    from comlrl.trainers.core import optimization
+
+    rates = []
+    take = optimization.GradientSteps.take
+    monkeypatch.setattr(
+        optimization.GradientSteps, "take", lambda self: rates.append(self.learning_rate()) or take(self)
+    )
+    policy = MultiAgentPolicy.shared(tiny_model_path, ["tool", "plan"])
+    # 12 examples in batches of 4, 2 epochs: 6 optimizer steps, one of them warm-up.
+    metrics = _train(policy, _demos(range(6)), num_train_epochs=2, learning_rate=1e-2,
+                     lr_scheduler_type="linear", warmup_steps=1)
+    horizon = int(metrics["sft/steps"])
+    assert horizon == 6 == len(rates)
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1e-2)
+    scheduler = get_scheduler("linear", optimizer, num_warmup_steps=1, num_training_steps=horizon)
+    expected = []
+    for _ in range(horizon):
+        expected.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert rates == pytest.approx(expected) and rates[0] == 0.0 and rates[1] == pytest.approx(1e-2)
+    assert rates[1:] == sorted(rates[1:], reverse=True) and len(set(rates)) == horizon  # a new rate every step
+
+
+def test_step_knobs_are_the_shared_optimizer_step_fields():
+    from comlrl.trainers.core.training_knobs import OptimizerStepFields
+
+    assert issubclass(SFTWarmStartConfig, OptimizerStepFields)
+    config = SFTWarmStartConfig(lr_scheduler_type=" Cosine ", warmup_ratio=0.1, gradient_accumulation_steps=3)
+    assert (config.lr_scheduler_type, config.max_grad_norm, config.gradient_accumulation_steps) == ("cosine", 1.0, 3)
+    for field, value in (("gradient_accumulation_steps", 0), ("warmup_ratio", 2.0), ("lr_scheduler_type", "nope")):
+        with pytest.raises(ValueError, match=f"`{field}` must be"):
+            SFTWarmStartConfig(**{field: value})
+    with pytest.raises(ValueError, match="lr_scheduler_kwargs"):
+        SFTWarmStartConfig(lr_scheduler_type="linear", lr_scheduler_kwargs={"num_cycles": 2})
