@@ -7,6 +7,7 @@ Returns and targets are checked against independent computations from the reward
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -15,7 +16,6 @@ import torch
 
 from comlrl.rl import agent_candidate_returns, joint_indices, rewards_to_go, td_targets, tree_returns
 from comlrl.trainers.actor_critic import IACConfig, IACTrainer, MAACConfig, MAACTrainer
-from comlrl.trainers.online_rl import multi_turn
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 
 ITEMS = [{"prompt": f"Plan step {i}:"} for i in range(2)]
@@ -78,9 +78,9 @@ def moved(before, after):
 
 
 def capture(monkeypatch, trainer):
-    """Record the trees built and every training_step's arguments."""
+    """Record the trees built (through the RL stage's host) and every training_step's arguments."""
     trees, steps = [], []
-    build = multi_turn.build_trees
+    build = trainer.rl.host.build_trees
 
     def recording_build(*args, **kwargs):
         roots = build(*args, **kwargs)
@@ -93,7 +93,7 @@ def capture(monkeypatch, trainer):
         steps.append(dict(samples=list(samples), rewards=[list(r) for r in rewards], **kwargs))
         return original(samples, rewards, where, **kwargs)
 
-    monkeypatch.setattr(multi_turn, "build_trees", recording_build)
+    monkeypatch.setattr(trainer.rl, "host", dataclasses.replace(trainer.rl.host, build_trees=recording_build))
     monkeypatch.setattr(trainer.rl, "training_step", recording_step)
     return trees, steps
 

@@ -166,6 +166,21 @@ def test_the_schedule_is_composed_not_flagged(tiny_model_path, tmp_path):
     assert not hasattr(MADPOTrainer, "iterative")
 
 
+def test_the_rl_stage_gets_a_host_not_its_trainer(tiny_model_path, tmp_path):
+    from comlrl.trainers.online_rl.host import RLHost
+    from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
+
+    trainer = MAGRPOTrainer(
+        agent_model=tiny_model_path, num_agents=2, reward_func=lambda a, b: [0.0] * len(a),
+        args=MAGRPOConfig(output_dir=str(tmp_path), num_turns=1),
+    )  # fmt: skip
+    host = trainer.rl.host
+    assert isinstance(host, RLHost) and all(value is not trainer for value in vars(trainer.rl).values())
+    assert host.args is trainer.args and host.policy is trainer.policy and host.gradient_steps is trainer.gradient_steps
+    assert host.tokenizers == trainer.tokenizers and host.num_agents == trainer.num_agents == 2
+    trainer.reset_counters()  # a fresh train() replaces the counters: the host reads them when used
+    assert host.nonfinite() is trainer.nonfinite and host.data_cursor() is trainer.data_cursor
+
 class OwnRecords(Tiny):
     """Keeps its step outside the data cursor and checkpoints only the records it logged itself."""
 

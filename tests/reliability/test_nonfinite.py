@@ -149,7 +149,8 @@ def watch_steps(owner, name, poison=None, bad_calls=(), modules=()):
 
 
 def trainer_of(owner):
-    return getattr(owner, "trainer", owner)
+    """What holds the policies: the trainer itself, or for its RL stage (``trainer.rl``) the stage's host."""
+    return getattr(owner, "host", owner)
 
 
 def unchanged(before, after):

@@ -74,12 +74,13 @@ def fsdp_for_trainer(owner: str, world_size: int, args: Any, lora_config: Any = 
 
 
 def on_sharded_modules(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Run a trainer's update method (or a trainer part's: its ``trainer`` attribute) with the policy handles on
-    their FSDP modules when the trainer shards (:meth:`ShardedTraining.modules`); as it is otherwise."""
+    """Run a trainer's update method (or a trainer part's: its ``host``, the narrow view of its trainer) with
+    the policy handles on their FSDP modules when the trainer shards (:meth:`ShardedTraining.modules`); as it
+    is otherwise."""
 
     @functools.wraps(method)
     def run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        sharded = getattr(getattr(self, "trainer", self), "sharded", None)
+        sharded = getattr(getattr(self, "host", self), "sharded", None)
         if sharded is None:
             return method(self, *args, **kwargs)
         with sharded.modules():

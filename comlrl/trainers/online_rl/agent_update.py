@@ -51,16 +51,16 @@ def fill_policy_gradient(learner: Any) -> None:
     module, the whitening collective where actor-critic advantages are whitened over the batch, and a backward
     with weight zero through the engine (with the divisor the agents' losses use). Critics and the reference
     are not sharded: they need no call."""
-    trainer, args = learner.trainer, learner.args
-    steps = trainer.gradient_steps
+    host, args = learner.host, learner.args
+    steps = host.gradient_steps
     whitened = bool(learner.critics) and args.advantage_normalization
-    for a, agent in enumerate(trainer.agent_names):
-        handle = trainer.policy.handle(agent)
+    for a, agent in enumerate(host.agent_names):
+        handle = host.policy.handle(agent)
         pad = pad_token_id(handle.tokenizer)
-        with trainer.policy.activate(agent), scoring_mode(handle.model, args.disable_dropout):
+        with host.policy.activate(agent), scoring_mode(handle.model, args.disable_dropout):
             with steps.autocast():
                 logprobs, _ = completion_logprobs(handle.model, [[pad]], [[pad]], pad_token_id=pad, requires_grad=True)
             if whitened:
-                trainer.data_parallel.whiten(logprobs.new_zeros(0))
+                host.data_parallel.whiten(logprobs.new_zeros(0))
             loss = logprobs.sum() * 0.0
             steps.backward_policy(loss, 0, loss_type=args.loss_type, policy_loss=loss, tokens=0.0, agent=a)

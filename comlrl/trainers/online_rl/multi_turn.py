@@ -239,28 +239,28 @@ def train_multi_turn_epoch(
     trajectories), then update turn by turn (turn 1 first), ``train_batch_size`` nodes (turns) per update.
     Data parallel: each rank plays its shard of the buffer's items and trains on the rows it holds of each
     global update batch (:meth:`~comlrl.trainers.core.data_parallel.DataParallel.row_offsets`)."""
-    trainer, args = learner.trainer, learner.args
+    host, args = learner.host, learner.args
     stream, buffer, batch = f"rl/{round_index}", args.rollout_buffer_size, args.train_batch_size
-    with trainer.progress_bar(total=len(items), initial=start_buffer * buffer, desc=desc, unit="item") as bar:
+    with host.progress_bar(total=len(items), initial=start_buffer * buffer, desc=desc, unit="item") as bar:
         for start in range(start_buffer * buffer, len(items), buffer):
             stop = min(start + buffer, len(items))
-            indices = trainer.data_parallel.shard(range(start, stop))
+            indices = host.data_parallel.shard(range(start, stop))
             chunk = [items[i] for i in indices]
             if not indices:
                 levels = []
             elif learner.algorithm in ("iac", "maac"):
                 levels = _trajectory_levels(learner, chunk, indices, stream=stream, step=epoch)
             else:
-                roots = build_trees(trainer, chunk, indices, n=args.num_generations, stream=stream, step=epoch)
-                levels = [_tree_level(trainer, nodes) for nodes in tree_nodes_by_turn(roots)]
+                roots = host.build_trees(chunk, indices, n=args.num_generations, stream=stream, step=epoch)
+                levels = [_tree_level(host.num_agents, nodes) for nodes in tree_nodes_by_turn(roots)]
             counts = [len(level.samples) for level in levels]
-            for turn, (total, offset) in enumerate(trainer.data_parallel.row_offsets(counts)):
+            for turn, (total, offset) in enumerate(host.data_parallel.row_offsets(counts)):
                 count = counts[turn] if turn < len(counts) else 0
                 for first in range(0, total, batch):
-                    trainer._maybe_evaluate()
+                    host.maybe_evaluate()
                     lo, hi = max(first - offset, 0), min(first + batch - offset, count)
                     if lo >= hi:  # data parallel: none of this batch's rows is this rank's
-                        trainer.idle_update()
+                        host.idle_update()
                         continue
                     level, part = levels[turn], slice(lo, hi)
                     learner.training_step(
@@ -287,11 +287,11 @@ class _Level:
     env_steps: list[int]
 
 
-def _tree_level(trainer: Any, nodes: Sequence[TurnNode]) -> _Level:
+def _tree_level(num_agents: int, nodes: Sequence[TurnNode]) -> _Level:
     return _Level(
         samples=[node.sample for node in nodes],
         rewards=[list(node.rewards) for node in nodes],
-        agent_returns=[[node.agent_returns(a) for node in nodes] for a in range(trainer.num_agents)],
+        agent_returns=[[node.agent_returns(a) for node in nodes] for a in range(num_agents)],
         old_values=None,
         env_steps=[len(node.rewards) for node in nodes],
     )
@@ -304,15 +304,15 @@ def _trajectory_levels(learner: Any, items: list[Any], indices: list[int], *, st
 
     from comlrl.rl import td_targets
 
-    trainer, args = learner.trainer, learner.args
-    trajectories = play_trajectories(trainer, items, indices, stream=stream, step=step)
+    host, args = learner.host, learner.args
+    trajectories = host.play_trajectories(items, indices, stream=stream, step=step)
     turns = [turn for trajectory in trajectories for turn in trajectory]
     samples = [turn.sample for turn in turns]
     with torch.no_grad():
         if learner.algorithm == "maac":
             values = [learner._joint_values(samples, 1).float().cpu().tolist()]
         else:
-            values = [learner._agent_values(a, samples, 1).float().cpu().tolist() for a in range(trainer.num_agents)]
+            values = [learner._agent_values(a, samples, 1).float().cpu().tolist() for a in range(host.num_agents)]
     position = {id(turn): i for i, turn in enumerate(turns)}
     targets: list[dict[int, float]] = [{} for _ in values]  # per critic: row -> target
     for trajectory in trajectories:
@@ -331,7 +331,7 @@ def _trajectory_levels(learner: Any, items: list[Any], indices: list[int], *, st
         levels.append(_Level(
             samples=[samples[r] for r in rows],
             rewards=[[turns[r].reward] for r in rows],
-            agent_returns=[[[targets[critic_of(a)][r]] for r in rows] for a in range(trainer.num_agents)],
+            agent_returns=[[[targets[critic_of(a)][r]] for r in rows] for a in range(host.num_agents)],
             old_values=[[[critic_values[r]] for r in rows] for critic_values in values],
             env_steps=[1] * len(rows),
         ))

@@ -80,6 +80,7 @@ from comlrl.trainers.core.trainer import MultiAgentTrainerBase
 from comlrl.trainers.core.trainer_core import TrainerPart
 from comlrl.trainers.online_rl.agent_update import AgentLoss, fill_policy_gradient, nonfinite_parts
 from comlrl.trainers.online_rl.critics import ValueModel, agent_critic_text, build_critics, joint_critic_text
+from comlrl.trainers.online_rl.host import RLHost
 
 logger = logging.getLogger(__name__)
 
@@ -113,10 +114,11 @@ class PolicyLearner(TrainerPart):
     """The RL stage of one trainer: optional reference policy, critics and their optimizers, the update.
 
     Args:
-        trainer: the host trainer (its policy, backend, optimizers, sampling, logging and config are used).
-            Its config provides ``rl_algorithm``, ``num_generations``, ``rollout_buffer_size``,
-            ``train_batch_size``, ``advantage_normalization``, ``loss_type`` and the reference-KL and critic
-            fields (``MARLHFConfig``, ``MAGRPOConfig``, ``IACConfig``, ``MAACConfig``).
+        host: what the stage uses of its trainer (:class:`~comlrl.trainers.online_rl.host.RLHost`, from
+            ``trainer.rl_host()``: config, team, engine, sampling, bookkeeping). Its config provides
+            ``rl_algorithm``, ``num_generations``, ``rollout_buffer_size``, ``train_batch_size``,
+            ``advantage_normalization``, ``loss_type`` and the reference-KL and critic fields
+            (``MARLHFConfig``, ``MAGRPOConfig``, ``IACConfig``, ``MAACConfig``).
         critic_model / critics: critic sources for maac / iac (see
             :func:`~comlrl.trainers.online_rl.critics.resolve_critic_sources`).
         metrics_callback: ``f(records) -> {name: value}``, called per update with one record per joint
@@ -131,14 +133,14 @@ class PolicyLearner(TrainerPart):
 
     def __init__(
         self,
-        trainer: MultiAgentTrainerBase,
+        host: RLHost,
         *,
         critic_model: Any = None,
         critics: Sequence[Any] | None = None,
         metrics_callback: Callable[[list[dict[str, Any]]], Any] | None = None,
     ) -> None:
-        args = trainer.args
-        self.trainer = trainer
+        args = host.args
+        self.host = host
         self.args = args
         self.algorithm = args.rl_algorithm
         if metrics_callback is not None and not callable(metrics_callback):
@@ -147,27 +149,27 @@ class PolicyLearner(TrainerPart):
             )
         self.metrics_callback = metrics_callback
         self.reference = (
-            ReferencePolicy(trainer.policy, args.reference_devices) if args.reference_kl_enabled else None
+            ReferencePolicy(host.policy, args.reference_devices) if args.reference_kl_enabled else None
         )
         self.reference_snapshot: str | None = None
         self.critics: list[ValueModel] = []
         self.critic_optimizers: list[torch.optim.Optimizer] = []
         if args.uses_critic:
-            self.critics = build_critics(trainer, critic_model, critics)
+            self.critics = build_critics(host, critic_model, critics)
             lr = args.resolved_critic_learning_rate
             self.critic_optimizers = [build_optimizer(c.critic_parameters(), learning_rate=lr) for c in self.critics]
             for c, optimizer in enumerate(self.critic_optimizers):  # stepped, clipped, scheduled with the agents
-                trainer.gradient_steps.add_optimizer(f"critic_{c}", optimizer)
-            trainer.data_parallel.attach(trainer.gradient_steps, whitenings=trainer.num_agents if args.advantage_normalization else 0)
+                host.gradient_steps.add_optimizer(f"critic_{c}", optimizer)
+            host.data_parallel.attach(host.gradient_steps, whitenings=host.num_agents if args.advantage_normalization else 0)
         elif critic_model is not None or critics is not None:
             raise ValueError(
                 f"`critic_model` / `critics` need an actor-critic backend (maac or iac); "
                 f"rl_algorithm is {self.algorithm!r}"
             )
         if args.loss_type == "dapo":  # TRL's dapo: an agent's tokens of the whole optimizer step (micro-batches, ranks)
-            trainer.gradient_steps.add_divisors(*(f"tokens/{a}" for a in range(len(trainer.agent_names))))
-        if trainer.sharded is not None:  # FSDP: a rank without rows in an update batch makes the same calls
-            trainer.sharded.filler = lambda: fill_policy_gradient(self)
+            host.gradient_steps.add_divisors(*(f"tokens/{a}" for a in range(len(host.agent_names))))
+        if host.sharded is not None:  # FSDP: a rank without rows in an update batch makes the same calls
+            host.sharded.filler = lambda: fill_policy_gradient(self)
 
     # ------------------------------------------------------------------------------------ the epoch
     def planned_steps(self, num_items: int) -> int:
@@ -176,7 +178,7 @@ class PolicyLearner(TrainerPart):
         no episode ends early)."""
         args, branch = self.args, 1
         if self.algorithm in MAGRPO_FAMILY:  # a tree node's children: K joint actions (cross: K^N)
-            branch = args.num_generations ** (len(self.trainer.agent_names) if args.joint_mode == "cross" else 1)
+            branch = args.num_generations ** (len(self.host.agent_names) if args.joint_mode == "cross" else 1)
         turns = int(getattr(args, "num_turns", 1))
         micro = epoch_micro_batches(num_items, args.rollout_buffer_size, args.train_batch_size, turns, branch)
         return accumulated_steps(micro, args.gradient_accumulation_steps)
@@ -194,7 +196,7 @@ class PolicyLearner(TrainerPart):
         """One pass over ``items`` from buffer ``start_buffer``: sample a buffer, score it, update per
         ``train_batch_size`` (``num_turns > 1``: the buffer's episodes, :mod:`.multi_turn`). The data cursor's
         ``in_epoch`` counts the buffers done (a ``save_steps`` checkpoint may follow); the epoch ends a step."""
-        args, trainer = self.args, self.trainer
+        args, host = self.args, self.host
         if int(getattr(args, "num_turns", 1)) > 1:
             from comlrl.trainers.online_rl.multi_turn import train_multi_turn_epoch
 
@@ -202,44 +204,44 @@ class PolicyLearner(TrainerPart):
                 self, items, epoch=epoch, round_index=round_index, desc=desc, start_buffer=start_buffer
             )
         else:
-            with trainer.progress_bar(total=len(items), initial=start_buffer * args.rollout_buffer_size,
+            with host.progress_bar(total=len(items), initial=start_buffer * args.rollout_buffer_size,
                                       desc=desc, unit="item") as bar:  # fmt: skip
                 for buffer in range(start_buffer, -(-len(items) // args.rollout_buffer_size)):
                     bar.update(self._train_buffer(items, buffer, epoch=epoch, reward_fn=reward_fn, round_index=round_index))
                     self.buffer_done(buffer + 1)
-        trainer.gradient_steps.flush()
-        trainer.data_cursor.pop("in_epoch", None)
+        host.gradient_steps.flush()
+        host.data_cursor().pop("in_epoch", None)
 
     def _train_buffer(self, items: Sequence[Any], buffer: int, *, epoch: int, reward_fn: RewardFn, round_index: int) -> int:
         """Sample rollout buffer ``buffer`` (one generate call), score it, update per ``train_batch_size`` items;
         data parallel: this rank samples and trains on its shard of each update batch. Returns the item count."""
-        args, trainer, k = self.args, self.trainer, self.args.num_generations
+        args, host, k = self.args, self.host, self.args.num_generations
         start = buffer * args.rollout_buffer_size
         stop = min(start + args.rollout_buffer_size, len(items))
         parts = [
-            trainer.data_parallel.shard(range(first, min(first + args.train_batch_size, stop)))
+            host.data_parallel.shard(range(first, min(first + args.train_batch_size, stop)))
             for first in range(start, stop, args.train_batch_size)
         ]
         mine = [i for part in parts for i in part]
         stream = f"rl/{round_index}"
-        samples = trainer.sample_items([items[i] for i in mine], mine, n=k, stream=stream, step=epoch) if mine else []
+        samples = host.sample_items([items[i] for i in mine], mine, n=k, stream=stream, step=epoch) if mine else []
         rewards = reward_fn(samples) if samples else []
         _check_rewards(rewards, samples, k)
         at = 0
         for part in parts:
-            trainer._maybe_evaluate()
+            host.maybe_evaluate()
             if part:
                 where = f"round {round_index}, epoch {epoch}, item {part[0]}"
                 self.training_step(samples[at : at + len(part)], rewards[at : at + len(part)], where=where)
             else:
-                trainer.idle_update()
+                host.idle_update()
             at += len(part)
         return stop - start
 
     def buffer_done(self, buffers: int) -> None:
         """``buffers`` rollout buffers of the epoch are trained on: a point a run can resume from."""
-        self.trainer.data_cursor["in_epoch"] = buffers
-        self.trainer.save_due_checkpoint()
+        self.host.data_cursor()["in_epoch"] = buffers
+        self.host.save_due_checkpoint()
 
     # ------------------------------------------------------------------------------------ one update
     @on_sharded_modules
@@ -261,11 +263,11 @@ class PolicyLearner(TrainerPart):
         metrics), ``agent_returns[a][i]`` (agent a's returns of item i's candidates, else ``rewards``),
         ``old_values[c][i]`` (the critics' values at collection: the advantage is then
         ``returns - old_values``) and the ``env_steps`` it consumed (else items x K)."""
-        args, trainer = self.args, self.trainer
-        where = f"update {trainer.updates_seen + 1} ({where})"
+        args, host = self.args, self.host
+        where = f"update {host.updates_seen() + 1} ({where})"
         kept = self._finite_items(samples, rewards, where, agent_returns)
         if not kept:  # data parallel: this rank still joins the other ranks' micro-batch, with no rows
-            return trainer.idle_update() if trainer.data_parallel.size > 1 else None
+            return host.idle_update() if host.data_parallel.size > 1 else None
         samples, rewards = [samples[i] for i in kept], [list(rewards[i]) for i in kept]
         num_items, k = len(samples), len(samples[0].candidates[0])
         flat = lambda rows: torch.tensor([float(r) for i in kept for r in rows[i]], dtype=torch.float32)  # noqa: E731
@@ -274,7 +276,7 @@ class PolicyLearner(TrainerPart):
         immediate = torch.tensor([float(r) for row in rewards for r in row], dtype=torch.float32)
         returns = per_agent[0] if per_agent is not None else immediate
         groups = torch.arange(num_items).repeat_interleave(k)
-        steps, rows = trainer.gradient_steps, num_items * k
+        steps, rows = host.gradient_steps, num_items * k
         steps.start_micro_batch()
         critic_values, value_losses = None, []
         if self.algorithm == "maac":
@@ -282,17 +284,17 @@ class PolicyLearner(TrainerPart):
                 critic_values = self._joint_values(samples, k).float()
         agent_losses, advantages_seen, kls, lengths = [], [], [], []
         bad = None  # FSDP: the first non-finite agent's parts; every agent still back-propagates (weight zero)
-        for a, agent in enumerate(trainer.agent_names):
-            model = trainer.policy.handle(agent).model
+        for a, agent in enumerate(host.agent_names):
+            model = host.policy.handle(agent).model
             agent_ret = per_agent[a] if per_agent is not None else returns
             baseline = None if baselines is None else baselines[a if self.algorithm == "iac" else 0]
             # Backward inside the block: peft only lets the active adapter accumulate gradients.
-            with trainer.policy.activate(agent), scoring_mode(model, args.disable_dropout):
+            with host.policy.activate(agent), scoring_mode(model, args.disable_dropout):
                 with steps.autocast():
                     out = self.agent_loss(a, samples, agent_ret, groups, critic_values, baseline)
                 if bad is None and not is_finite(out.total):  # one sync; every non-finite part reaches the total
                     bad = f"{', '.join(nonfinite_parts(out))} of agent {a}"
-                    if trainer.sharded is None:
+                    if host.sharded is None:
                         return self._skip(where, bad)
                 value = None if out.value_loss is None else args.value_loss_coef * out.value_loss.to(out.loss.device)
                 if bad is not None:
@@ -315,14 +317,14 @@ class PolicyLearner(TrainerPart):
             value_losses.append(v_loss.detach())
         if not steps.end_micro_batch(rows):  # another rank's part was non-finite: dropped everywhere
             return None
-        trainer.nonfinite.finite_step()
+        host.nonfinite().finite_step()
         metrics = self._metrics(returns, groups, agent_losses, advantages_seen, kls, lengths, immediate, turn)
         if self.critics:
             metrics["value_loss"] = float(torch.stack([v.float().cpu() for v in value_losses]).mean())
             metrics.update(self._critic_metrics)
         if self.metrics_callback is not None:
             metrics.update(self._callback_metrics(samples, rewards))
-        trainer.record_step(num_items * k if env_steps is None else env_steps, metrics)
+        host.record_step(num_items * k if env_steps is None else env_steps, metrics)
         return metrics
 
     def agent_loss(
@@ -340,8 +342,8 @@ class PolicyLearner(TrainerPart):
         ``old_values`` (multi-turn actor-critic) the critic's values at collection, the advantage's baseline.
         Call it with the agent's adapter active and backward before leaving (see :meth:`training_step`).
         """
-        args, trainer = self.args, self.trainer
-        handle = trainer.policy.handle(agent)
+        args, host = self.args, self.host
+        handle = host.policy.handle(agent)
         prompts = [c.prompt_token_ids for s in samples for c in s.candidates[agent]]
         completions = [c.token_ids for s in samples for c in s.candidates[agent]]
         pad = pad_token_id(handle.tokenizer)
@@ -366,14 +368,14 @@ class PolicyLearner(TrainerPart):
             advantages = self.advantages(returns.to(device), kl, groups.to(device), values, old_values)
         else:  # inf logits give an inf KL, and no advantage: training_step skips the update on it
             advantages = torch.full_like(kl, math.nan)
-            if trainer.sharded is not None and self.critics and args.advantage_normalization:
-                trainer.data_parallel.whiten(kl[:0])  # FSDP: the other ranks' whitening, in its place
+            if host.sharded is not None and self.critics and args.advantage_normalization:
+                host.data_parallel.whiten(kl[:0])  # FSDP: the other ranks' whitening, in its place
         loss = policy_gradient_loss(
             logprobs,
             advantages,
             mask,
             loss_type=args.loss_type,
-            max_completion_length=max(mask.shape[1], int(trainer.sampling_params(1).max_new_tokens)),
+            max_completion_length=max(mask.shape[1], int(host.sampling_params(1).max_new_tokens)),
             num_items_in_batch=mask.sum().clamp(min=1),
         )
         total, v_loss = loss, None
@@ -405,7 +407,7 @@ class PolicyLearner(TrainerPart):
             base = critic_advantages(returns, values.detach().to(returns.device), args.critic_type, groups)
         advantages = base - coef * kl.detach().to(base.dtype)
         # Whitened over the global batch's rows; one row has nothing to whiten against: kept raw (the public rule).
-        return self.trainer.data_parallel.whiten(advantages) if args.advantage_normalization else advantages
+        return self.host.data_parallel.whiten(advantages) if args.advantage_normalization else advantages
 
     def _joint_values(self, samples: Sequence[ItemSample], k: int) -> torch.Tensor:
         critic = self.critics[0]
@@ -482,8 +484,8 @@ class PolicyLearner(TrainerPart):
     # ------------------------------------------------------------------------------------ optimizers
     def _skip(self, where: str, what: str) -> None:
         # Gradients of the agents scored before are dropped (the group's earlier micro-batches keep theirs).
-        self.trainer.gradient_steps.discard_micro_batch()
-        self.trainer.record_nonfinite(where, what)
+        self.host.gradient_steps.discard_micro_batch()
+        self.host.record_nonfinite(where, what)
         return None
 
     def _finite_items(
@@ -500,9 +502,9 @@ class PolicyLearner(TrainerPart):
         keep, dropped = finite_group_mask(flat, torch.arange(len(samples)).repeat_interleave(width))
         if dropped:
             what = "; ".join(f"item {samples[i].item_index}: {list(rewards[i])}" for i in dropped)
-            self.trainer.nonfinite.drop_rewards(len(dropped), what, where)
+            self.host.nonfinite().drop_rewards(len(dropped), what, where)
             if len(dropped) == len(samples):
-                self.trainer.nonfinite.empty_step(where)
+                self.host.nonfinite().empty_step(where)
         return [i for i in range(len(samples)) if bool(keep[i * width])]
 
     # ------------------------------------------------------------------------------------ checkpoints
@@ -511,9 +513,9 @@ class PolicyLearner(TrainerPart):
         so a resumed run reloads exactly it."""
         if self.reference is not None:
             path = (
-                Path(output_dir if output_dir is not None else self.trainer.args.output_dir) / REFERENCE_DIR
+                Path(output_dir if output_dir is not None else self.host.args.output_dir) / REFERENCE_DIR
             )
-            self.trainer.data_parallel.rank_zero_writes(lambda: self.reference.save(path), None)
+            self.host.data_parallel.rank_zero_writes(lambda: self.reference.save(path), None)
             self.reference_snapshot = str(path)
 
     def state_dict(self) -> dict[str, Any]:

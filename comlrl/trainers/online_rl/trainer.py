@@ -5,10 +5,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from comlrl.trainers.core.train_options import CheckpointPlan
 from comlrl.trainers.core.trainer import MultiAgentTrainerBase
+from comlrl.trainers.online_rl.host import RLHost
+from comlrl.trainers.online_rl.multi_turn import build_trees, play_trajectories
 from comlrl.trainers.online_rl.policy_learning import PolicyLearner, task_reward_fn
 
 __all__ = ["OnlineRLTrainer", "RLStageAttributes"]
@@ -16,9 +19,37 @@ __all__ = ["OnlineRLTrainer", "RLStageAttributes"]
 
 class RLStageAttributes:
     """The public attributes a trainer with an RL stage (``self.rl``, a :class:`PolicyLearner`) shows: its
-    critics, their optimizers and the reference policy; MAGRPO / IAC / MAAC and MARLHF share them."""
+    critics, their optimizers and the reference policy; and what the stage uses of the trainer
+    (:meth:`rl_host`). MAGRPO / IAC / MAAC and MARLHF share them."""
 
     rl: PolicyLearner
+
+    def rl_host(self: Any) -> RLHost:
+        """What the RL stage uses of this trainer (:class:`~comlrl.trainers.online_rl.host.RLHost`): built once,
+        when the stage is; the counters and the data cursor a fresh ``train()`` replaces are read when used."""
+        return RLHost(
+            args=self.args,
+            policy=self.policy,
+            agent_names=self.agent_names,
+            num_agents=self.num_agents,
+            actor_names=self.actor_names,
+            gradient_steps=self.gradient_steps,
+            data_parallel=self.data_parallel,
+            sharded=self.sharded,
+            sample_items=self.sample_items,
+            sampling_params=self.sampling_params,
+            build_trees=partial(build_trees, self),
+            play_trajectories=partial(play_trajectories, self),
+            updates_seen=lambda: self.updates_seen,
+            nonfinite=lambda: self.nonfinite,
+            data_cursor=lambda: self.data_cursor,
+            save_due_checkpoint=self.save_due_checkpoint,
+            progress_bar=self.progress_bar,
+            maybe_evaluate=self._maybe_evaluate,
+            idle_update=self.idle_update,
+            record_step=self.record_step,
+            record_nonfinite=self.record_nonfinite,
+        )
 
     @property
     def critics(self) -> list[Any]:
@@ -57,7 +88,9 @@ class OnlineRLTrainer(RLStageAttributes, MultiAgentTrainerBase):
     ) -> None:
         super().__init__(*args, **kwargs)
         self.rl = self.add_part(
-            PolicyLearner(self, critic_model=critic_model, critics=critics, metrics_callback=metrics_callback)
+            PolicyLearner(
+                self.rl_host(), critic_model=critic_model, critics=critics, metrics_callback=metrics_callback
+            )
         )
 
     def _accept_external_transition(self, transition: Any, args: Any) -> Any:

@@ -129,7 +129,9 @@ class MARLHFTrainer(RLStageAttributes, PreferenceTrainerBase):
         )
         self.reward_model: JointRewardModel | None = None
         self.rl = self.add_part(
-            PolicyLearner(self, critic_model=critic_model, critics=critics, metrics_callback=metrics_callback)
+            PolicyLearner(
+                self.rl_host(), critic_model=critic_model, critics=critics, metrics_callback=metrics_callback
+            )
         )
 
     def train(
