@@ -49,7 +49,7 @@ PUBLIC_NAMES: dict[str, dict[str, str]] = {
     "max_completion_length": {"madpo": "max_new_tokens", "marlhf": "max_new_tokens",
                               "madpo_from_trees": "max_new_tokens"},
     # Preference rounds (at_grpo's num_iterations is TRL GRPOConfig's: PPO epochs per rollout batch).
-    "num_rounds": {"madpo": "num_iterations", "marlhf": "num_iterations", "madpo_from_trees": "num_iterations"},
+    "num_rounds": {"madpo": "num_iterations", "marlhf": "num_iterations"},
     # TRL's beta: DPOConfig's temperature in MADPO, GRPOConfig's KL weight in MARLHF's RL stage (and at_grpo).
     "beta": {"madpo": "dpo_beta", "madpo_from_trees": "dpo_beta", "marlhf": "reference_kl_coef"},
 }
@@ -60,10 +60,25 @@ _MADPO_UNREAD = {
     "reference_kl_enabled": "MADPO's loss has no reference KL (`{stage}.preference_reference=initial` adds "
                             "DPO's reference)",
 }
+# madpo_from_trees trains once on the at_grpo trees' pairs: the iterative round loop's fields do nothing there.
+_TREES_NO_ROUNDS = ("the stage trains once on the pairs of the at_grpo trees before it: no rounds, no comparator, "
+                    "its replay in its own folder")
+_TREES_UNREAD = {
+    **_MADPO_UNREAD,
+    **{name: _TREES_NO_ROUNDS for name in (
+        "num_iterations", "comparator_policy", "comparator_generation_mode", "comparator_centralized_agent_index",
+        "comparator_model_name", "comparator_agents", "comparator_devices", "comparator_num_candidates",
+        "comparator_history_k", "comparator_api_url", "comparator_api_format", "comparator_api_model",
+        "comparator_api_max_n_per_request", "comparator_api_timeout", "comparator_api_headers",
+        "comparator_api_key_env", "comparator_api_key_header", "comparator_api_key_prefix",
+        "comparator_api_response_field", "comparator_api_extra_body", "comparator_api_max_retries",
+        "comparator_api_max_failure_rate", "preference_replay_dir", "policy_checkpoint_dir", "log_reward_distribution",
+    )},
+}
 # Public fields a stage's trainer never reads (the class accepts them, at no effect): no keys of its section.
 UNREAD_FIELDS: dict[str, dict[str, str]] = {
     "madpo": _MADPO_UNREAD,
-    "madpo_from_trees": _MADPO_UNREAD,
+    "madpo_from_trees": _TREES_UNREAD,
     "marlhf": {
         "dpo_beta": "MARLHF trains by RL against its reward model (`marlhf.beta` is the RL stage's KL weight)",
         "preference_reference": "MARLHF trains by RL against its reward model (`marlhf.reference_kl_enabled` "
@@ -113,9 +128,14 @@ def earlier_key_message(section: str, key: str) -> str | None:
     new = EARLIER_KEYS.get(section, {}).get(key)
     if new is not None:
         return f"{section}.{key} was renamed: use {section}.{new}"
-    why = UNREAD_FIELDS.get(section, {}).get(key)
+    unread = UNREAD_FIELDS.get(section, {})
+    why = unread.get(key)
     if why is not None:
         return f"{section}.{key} was removed: it had no effect, {why.format(stage=section)}"
+    # another section's name of a field this one never reads (madpo's num_rounds in madpo_from_trees)
+    why = next((unread[field] for field in PUBLIC_NAMES.get(key, {}).values() if field in unread), None)
+    if why is not None:
+        return f"{section}.{key} is no key of this section: it would have no effect, {why.format(stage=section)}"
     return None
 
 

@@ -13,8 +13,9 @@ one pass over the stage's pairs, :func:`tree_replay_sample_size`): comlrl's own 
 size, would here be one AT-GRPO step's pairs, whatever the number of steps.
 
 The section holds every field of :class:`~comlrl.trainers.preference.MADPOIterConfig` (generated and renamed
-to TRL's names, as for ``madpo``: ``learning_rate``, ``beta``, ...); the fields of the iterative round loop
-(``num_rounds``, the comparator) have no effect here.
+to TRL's names, as for ``madpo``: ``learning_rate``, ``beta``, ...) but those of the iterative round loop
+(``num_iterations``, the comparator's, ...: :data:`pettingllms.config.key_names.UNREAD_FIELDS`), which would
+have no effect here and are refused.
 A stage interrupted before it ended runs again from its start (its replay folder is rebuilt).
 """
 

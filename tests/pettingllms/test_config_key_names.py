@@ -50,9 +50,25 @@ def test_a_preference_section_uses_trl_names_and_leaves_out_what_its_trainer_nev
                 "dpo_beta", "reference_kl_coef"):
         assert old not in section
     for new in ("learning_rate", "per_device_train_batch_size", "per_device_eval_batch_size",
-                "max_completion_length", "num_rounds", "beta"):
+                "max_completion_length", "beta"):
         assert new in section
     assert ("reference_kl_enabled" in section) == (stage == "marlhf")
+    # madpo_from_trees trains once on the trees' pairs: no rounds, no comparator
+    rounds = ("num_rounds", "comparator_policy", "comparator_history_k", "policy_checkpoint_dir")
+    assert all((key in section) == (stage != "madpo_from_trees") for key in rounds), stage
+
+
+def test_a_round_loop_key_in_madpo_from_trees_is_refused_naming_why(tmp_path):
+    from pettingllms.config.loader import ConfigError
+
+    with pytest.raises(ConfigError, match=r"madpo_from_trees\.num_rounds is no key of this section: it would have "
+                                          r"no effect, the stage trains once"):
+        load_config("plan_path/L1", ["madpo_from_trees.num_rounds=2"])
+    with pytest.raises(ConfigError, match=r"madpo_from_trees\.comparator_policy was removed: it had no effect"):
+        load_config("plan_path/L1", ["madpo_from_trees.comparator_policy=history"])
+    with pytest.raises(ConfigError, match=r"madpo_from_trees\.num_iterations was removed: it had no effect, the "
+                                          r"stage trains once on the pairs of the at_grpo trees"):
+        load_config("plan_path/L1", ["madpo_from_trees.num_iterations=2"])
 
 
 def test_beta_is_the_dpo_temperature_in_madpo_and_the_kl_weight_in_marlhf():
