@@ -128,15 +128,20 @@ def earlier_key_message(section: str, key: str) -> str | None:
     new = EARLIER_KEYS.get(section, {}).get(key)
     if new is not None:
         return f"{section}.{key} was renamed: use {section}.{new}"
-    unread = UNREAD_FIELDS.get(section, {})
-    why = unread.get(key)
+    why = UNREAD_FIELDS.get(section, {}).get(key)
     if why is not None:
         return f"{section}.{key} was removed: it had no effect, {why.format(stage=section)}"
-    # another section's name of a field this one never reads (madpo's num_rounds in madpo_from_trees)
-    why = next((unread[field] for field in PUBLIC_NAMES.get(key, {}).values() if field in unread), None)
+    why = _unread_elsewhere_named(section, key)
     if why is not None:
         return f"{section}.{key} is no key of this section: it would have no effect, {why.format(stage=section)}"
     return None
+
+
+def _unread_elsewhere_named(section: str, key: str) -> str | None:
+    """Why ``key``, another section's name of a field ``section`` never reads (madpo's ``num_rounds`` in
+    madpo_from_trees), does nothing here; None when it is not one."""
+    unread = UNREAD_FIELDS.get(section, {})
+    return next((unread[field] for field in PUBLIC_NAMES.get(key, {}).values() if field in unread), None)
 
 
 def is_saved_run_config(path: str | Path) -> bool:
@@ -156,11 +161,12 @@ def migrate_saved_config(config: Mapping[str, Any], source: str | Path | None = 
         if not isinstance(values, dict):
             continue
         unread = UNREAD_FIELDS.get(section, {})
-        if not any(key in renames or key in unread for key in values):
+        dropped = {key for key in values if key in unread or _unread_elsewhere_named(section, key) is not None}
+        if not dropped and not any(key in renames for key in values):
             continue
         migrated: dict[str, Any] = {}
         for key, value in values.items():
-            if key in unread:
+            if key in dropped:
                 changed.append(f"{section}.{key} (dropped)")
             elif key in renames:
                 changed.append(f"{section}.{key} -> {section}.{renames[key]}")

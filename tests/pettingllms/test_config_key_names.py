@@ -121,6 +121,7 @@ def _as_earlier_version(saved: dict) -> dict:
         out[section] = {back.get(k, k): v for k, v in values.items()} if isinstance(values, dict) else values
         for field in UNREAD_FIELDS.get(section, {}):
             out[section][field] = dataclasses.asdict(CLASSES[section]())[field]
+    out["madpo_from_trees"]["num_rounds"] = 1  # the key the round loop's rounds had there until 3fece9c
     return out
 
 
@@ -146,6 +147,7 @@ def test_an_earlier_saved_run_is_migrated_for_resume_and_eval(tiny_model_path, t
     notices = [r.getMessage() for r in caplog.records if "saved by an earlier version" in r.getMessage()]
     assert len(notices) == 1 and notices[0].startswith(f"{saved_path} was saved by an earlier version")
     assert "sft.epochs -> sft.num_train_epochs" in notices[0] and "madpo.reference_kl_coef (dropped)" in notices[0]
+    assert "madpo_from_trees.num_rounds (dropped)" in notices[0]
     # the same file outside a run folder is a user's config: refused, naming the new key
     with pytest.raises(ConfigError, match="was renamed: use"):
         load_config(tmp_path / "copy.yaml")
