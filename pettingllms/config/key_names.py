@@ -140,8 +140,11 @@ def earlier_key_message(section: str, key: str) -> str | None:
 def _unread_elsewhere_named(section: str, key: str) -> str | None:
     """Why ``key``, another section's name of a field ``section`` never reads (madpo's ``num_rounds`` in
     madpo_from_trees), does nothing here; None when it is not one."""
+    stages = PUBLIC_NAMES.get(key, {})
+    if section in stages:  # a key of this section (madpo's beta is dpo_beta, marlhf's reference_kl_coef)
+        return None
     unread = UNREAD_FIELDS.get(section, {})
-    return next((unread[field] for field in PUBLIC_NAMES.get(key, {}).values() if field in unread), None)
+    return next((unread[field] for field in stages.values() if field in unread), None)
 
 
 def is_saved_run_config(path: str | Path) -> bool:
