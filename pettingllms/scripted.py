@@ -71,6 +71,10 @@ class OraclePolicy:
 
     ``accept_proposals``: a plan agent whose tool agent proposed an answer that solves the current state
     answers ``#### proposal`` (play it as it is) instead of spelling the answer out.
+
+    A single agent with the team's tools (``uses_tools``) plays both parts in turn, as the team does: a tool
+    turn (as a tool agent's response) until its own proposal solves the state, then the action (``#### proposal``
+    with ``accept_proposals``, else the answer spelled out).
     """
 
     def __init__(self, tool_candidates: int = 1, seed: int = 0, accept_proposals: bool = False) -> None:
@@ -81,16 +85,19 @@ class OraclePolicy:
         self.rng = random.Random(seed)
 
     def respond(self, agent: Any, env: Any) -> str:
-        if self.accept_proposals and getattr(agent, "sees_tool_report", False) and _proposal_solves(env):
-            return f"#### {ACCEPT_PROPOSAL}"
+        alone_with_tools = getattr(agent, "uses_tools", False)
+        if (self.accept_proposals or alone_with_tools) and getattr(agent, "sees_tool_report", False) \
+                and _proposal_solves(env):
+            return f"#### {ACCEPT_PROPOSAL}" if self.accept_proposals else _format(agent, env.oracle_answer(env.state))
         answer = env.oracle_answer(env.state)
         max_calls = getattr(agent, "max_tool_calls", None)
+        write = agent.format_tool_response if alone_with_tools else (lambda a: _format(agent, a))
         if self.tool_candidates == 1 or max_calls is None:
-            return _format(agent, answer)
+            return write(answer)
         count = self.rng.randint(1, min(self.tool_candidates, max_calls))
         answers = [env.random_answer(env.state, self.rng) for _ in range(count - 1)]
         answers.insert(self.rng.randrange(count), answer)
-        return "\n".join(_format(agent, a) for a in answers)
+        return "\n".join(write(a) for a in answers)
 
 
 def _proposal_solves(env: Any) -> bool:

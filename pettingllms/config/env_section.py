@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pettingllms.config.errors import ConfigError
 from pettingllms.config.levels import run_workflow
 
 __all__ = ["ENV_KEYS", "STAGE_SET_ENV_FIELDS", "env_arguments", "make_env_worker", "workflow_env"]
@@ -20,6 +21,16 @@ __all__ = ["ENV_KEYS", "STAGE_SET_ENV_FIELDS", "env_arguments", "make_env_worker
 ENV_KEYS: tuple[str, ...] = ("name", "tools", "agent_options")
 # Environment fields the stages set, never a config file: ``purpose`` (train / eval) follows the stage.
 STAGE_SET_ENV_FIELDS: tuple[str, ...] = ("purpose",)
+
+
+def _declared_roles(env_name: str) -> tuple[str, ...]:
+    """The roles environment ``env_name`` declares (``BaseEnv.roles``; empty where it declares none)."""
+    from pettingllms.registry import RegistryError, get_env_class
+
+    try:
+        return tuple(getattr(get_env_class(env_name), "roles", ()) or ())
+    except RegistryError:
+        return ()
 
 
 def _has_purpose(env_name: str) -> bool:
@@ -43,16 +54,24 @@ def env_arguments(
 
     ``env.tools`` becomes the ``tools`` option of the ``tool`` role when that role is in the turn order
     (``env.agent_options.tool.tools``, if given, wins). ``turn_order`` plays other roles than
-    ``env.turn_order`` (e.g. the L0 workflow); the options then keep only those roles'.
+    ``env.turn_order`` (e.g. the L0 workflow). The options keep only the played roles': ``agent_options`` may
+    set a role the environment declares but this workflow does not play (e.g. ``single.tools`` in a team run
+    whose ``sft.workflows`` also demonstrate the single agent); a role it does not declare is an error.
     """
     env = config["env"]
     fields = {k: v for k, v in env.items() if k not in ENV_KEYS}
     if _has_purpose(env["name"]):
         fields["purpose"] = purpose
     options = {role: dict(opts or {}) for role, opts in (env.get("agent_options") or {}).items()}
+    declared = _declared_roles(env["name"])
+    stray = sorted(set(options) - set(declared)) if declared else []
+    if stray:
+        raise ConfigError(f"`env.agent_options` names role(s) {stray} that {env['name']} does not have; its roles: "
+                          f"{list(declared)}")
     if turn_order is not None:
         fields["turn_order"] = list(turn_order)
-        options = {role: opts for role, opts in options.items() if role in fields["turn_order"]}
+    if turn_order is not None or declared:
+        options = {role: opts for role, opts in options.items() if role in (fields.get("turn_order") or ())}
     roles = list(fields.get("turn_order") or ())
     if env.get("tools") is not None and "tool" in roles:
         options.setdefault("tool", {}).setdefault("tools", list(env["tools"]))

@@ -3,8 +3,12 @@
 Roles. Each turn the **tool agent** calls tools (the environment's own tool, ``simulate`` or ``check``,
 and, when enabled, ``python``, which runs code through an env worker) and leaves a report and a
 proposal in the state; then the **plan agent** gives the final action, which changes the real state.
-The **single agent** (policy level L0) is a plan agent that works alone. The workflow repeats until the
-goal, an unwinnable state, or the turn budget.
+The **single agent** (policy level L0) is a plan agent that works alone; given the team's tools (its
+``tools`` option, e.g. ``env.agent_options.single.tools: [simulate]``) each of its turns is either a tool
+turn (calls as the tool agent's, its best result becomes its own proposal, shown in its next prompt) or an
+action turn (``#### <answer>``, or ``#### proposal`` to play that proposal), so with twice the team's turns it
+has the team's model calls and tool calls per episode (the fair single-agent baseline). The workflow repeats
+until the goal, an unwinnable state, or the turn budget.
 
 Rewards (defaults in :class:`GameConfig`; every environment documents its task reward):
 
@@ -18,6 +22,8 @@ Rewards (defaults in :class:`GameConfig`; every environment documents its task r
   the same formula for its proposal against the current state; ``tool_failure_reward`` when no call
   produced a proposal (invalid argument, code that errors, times out, hits a limit or prints no answer);
   ``parse_error_reward`` when the response holds no tool call.
+* single agent with tools: an action turn as the plan agent's; a tool turn earns 0 (it changes nothing, so
+  calling tools forever earns nothing in any return mode), ``tool_failure_reward`` when no call worked.
 
 Proposal. A tool agent may try several candidates in one response (up to ``max_tool_calls``); its
 proposal is the candidate whose simulated result is best *as the agents can judge it*: the highest
@@ -270,6 +276,99 @@ class GameAgent(Agent):
 ACCEPT_PROPOSAL = "proposal"
 
 
+def _checked_tools(spec: GameSpec, tools: Any, max_tool_calls: Any, code_timeout: Any) -> tuple[str, ...]:
+    """``tools`` as a tuple after the checks every tool-calling agent's options pass (errors name the option)."""
+    allowed = (spec.env_tool, PYTHON_TOOL)
+    if isinstance(tools, str) or not tools:
+        raise ValueError(f"`tools` must be a list of at least one of {list(allowed)}, got {tools!r}")
+    tools = tuple(tools)
+    for tool in tools:
+        if tool not in allowed:
+            raise ValueError(f"`tools` entry {tool!r} is not a {spec.env_name} tool; choose from {list(allowed)}")
+    if len(set(tools)) != len(tools):
+        raise ValueError(f"`tools` must not repeat a tool, got {list(tools)}")
+    if isinstance(max_tool_calls, bool) or not isinstance(max_tool_calls, int) or max_tool_calls < 1:
+        raise ValueError(f"`max_tool_calls` must be an integer >= 1, got {max_tool_calls!r}")
+    if code_timeout is not None and not code_timeout > 0:
+        raise ValueError(f"`code_timeout` must be > 0 seconds or None, got {code_timeout!r}")
+    return tools
+
+
+def _tool_call_text(spec: GameSpec, tools: tuple[str, ...], answer: Any) -> str:
+    """One tool call (of the agent's first tool) whose result is ``answer`` (what scripted policies write)."""
+    text = spec.format_answer(answer)
+    if tools[0] == PYTHON_TOOL:
+        return f"```python\nprint({('#### ' + text)!r})\n```"
+    return f"{tools[0]}: {text}"
+
+
+async def _run_python(agent: GameAgent, env: GameEnv, code: str, env_worker: Any) -> tuple[Any, str, str | None]:
+    """(answer or None, report text, failure label or None) of one python call."""
+    if env_worker is None or not hasattr(env_worker, "run"):
+        raise ToolConfigurationError(
+            f"{type(agent).__name__}: the python tool needs an env worker with `run`, got {env_worker!r}"
+        )
+    try:
+        result = await env_worker.run(code, stdin=env.render(env.state) + "\n", timeout=agent.code_timeout)
+    except InfrastructureError:
+        raise
+    except Exception as exc:  # the worker, not the program, failed: never reward it
+        raise InfrastructureError(f"env worker could not run the python tool: {exc!r}") from exc
+    status = getattr(result, "status", None)
+    if status not in EXECUTION_STATUSES:
+        raise InfrastructureError(f"env worker returned an unknown status {status!r}")
+    if status != "ok":
+        detail = _shorten(result.stderr or result.stdout or "", 160)
+        return None, f"{status}: {detail}".rstrip(": "), _STATUS_FAILURE[status]
+    try:
+        answer = env.parse_answer(extract_final_answer(result.stdout))
+    except ParseError as exc:
+        return None, f"no answer in output ({exc}); stdout: {_shorten(result.stdout, 120)}", "no_proposal"
+    return answer, "", None
+
+
+async def _tool_turn(agent: GameAgent, env: GameEnv, calls: tuple[ToolCall, ...], env_worker: Any) -> None:
+    """Run ``calls`` on copies of the current state (the real state does not change): every call's report and
+    the best candidate as the proposal go into the state; the agent's local reward is the proposal's increment
+    (``tool_failure_reward`` when no call gave one) and its failure label, if any, is set."""
+    state = env.state
+    config: GameConfig = env.config
+    reports: list[ToolReport] = []
+    proposal, proposal_state, proposal_outcome, proposal_value, last_failure = None, None, None, 0.0, None
+    penalty = config.invalid_action_penalty
+    for call in calls:
+        if call.name == PYTHON_TOOL:
+            answer, output, failure = await _run_python(agent, env, call.argument, env_worker)
+        else:
+            try:
+                answer, output, failure = env.parse_answer(call.argument), "", None
+            except ParseError as exc:
+                answer, output, failure = None, f"error: {exc}", "tool_error"
+        if answer is not None:
+            new_state, outcome = env.apply_answer(state, answer)
+            # Chosen by what the agents can see (the proposal is shown), never by hidden gold.
+            value = action_local_reward(
+                env.observable_reward_of(state), env.observable_reward_of(new_state), outcome.invalid, penalty
+            )
+            if proposal_state is None or value > proposal_value:  # the best candidate, earliest on ties
+                proposal, proposal_state, proposal_outcome, proposal_value = answer, new_state, outcome, value
+            output = (output + " " if output else "") + outcome.report
+        else:
+            last_failure = failure
+        argument = call.argument if call.name != PYTHON_TOOL else f"<{len(call.argument)} chars of code>"
+        reports.append(ToolReport(call.name, _shorten(argument, 80), answer is not None, _shorten(output)))
+    state.tool_reports = reports
+    state.proposal = env.format_answer(proposal) if proposal is not None else None
+    if proposal_state is None:
+        agent.local_reward = config.tool_failure_reward
+        agent.failure = last_failure or "no_proposal"
+    else:
+        agent.local_reward = action_local_reward(
+            env.task_reward_of(state), env.task_reward_of(proposal_state), proposal_outcome.invalid, penalty
+        )
+    agent.feedback = "\n".join(f"{r.name}: {r.output}" for r in reports)
+
+
 class ToolAgent(GameAgent):
     """Acts through tools; its action is a tuple of :class:`~pettingllms.envs.game_parsers.ToolCall`.
 
@@ -289,22 +388,9 @@ class ToolAgent(GameAgent):
         code_timeout: float | None = None,
     ) -> None:
         super().__init__(role=role, prompt_style=prompt_style)
-        allowed = (self.spec.env_tool, PYTHON_TOOL)
-        if isinstance(tools, str) or (tools is not None and not tools):
-            raise ValueError(f"`tools` must be a list of at least one of {list(allowed)}, got {tools!r}")
-        tools = tuple(tools) if tools is not None else (self.spec.env_tool,)
-        for tool in tools:
-            if tool not in allowed:
-                raise ValueError(f"`tools` entry {tool!r} is not a {self.spec.env_name} tool; choose from {list(allowed)}")
-        if len(set(tools)) != len(tools):
-            raise ValueError(f"`tools` must not repeat a tool, got {list(tools)}")
-        if isinstance(max_tool_calls, bool) or not isinstance(max_tool_calls, int) or max_tool_calls < 1:
-            raise ValueError(f"`max_tool_calls` must be an integer >= 1, got {max_tool_calls!r}")
-        if code_timeout is not None and not code_timeout > 0:
-            raise ValueError(f"`code_timeout` must be > 0 seconds or None, got {code_timeout!r}")
-        self.tools = tools
-        self.max_tool_calls = max_tool_calls
-        self.code_timeout = code_timeout
+        tools = (self.spec.env_tool,) if tools is None else tools
+        self.tools = _checked_tools(self.spec, tools, max_tool_calls, code_timeout)
+        self.max_tool_calls, self.code_timeout = max_tool_calls, code_timeout
 
     def update_from_env(self, turn_idx: int, env_data: Any) -> Prompt:
         env = self._check_env(env_data)
@@ -329,34 +415,7 @@ class ToolAgent(GameAgent):
         return parse_tool_calls(response, self.tools, self.max_tool_calls)
 
     def format_response(self, answer: Any) -> str:
-        text = self.spec.format_answer(answer)
-        if self.tools[0] == PYTHON_TOOL:
-            return f"```python\nprint({('#### ' + text)!r})\n```"
-        return f"{self.tools[0]}: {text}"
-
-    async def _run_python(self, env: GameEnv, code: str, env_worker: Any) -> tuple[Any, str, str | None]:
-        """(answer or None, report text, failure label or None) of one python call."""
-        if env_worker is None or not hasattr(env_worker, "run"):
-            raise ToolConfigurationError(
-                f"{type(self).__name__}: the python tool needs an env worker with `run`, got {env_worker!r}"
-            )
-        try:
-            result = await env_worker.run(code, stdin=env.render(env.state) + "\n", timeout=self.code_timeout)
-        except InfrastructureError:
-            raise
-        except Exception as exc:  # the worker, not the program, failed: never reward it
-            raise InfrastructureError(f"env worker could not run the python tool: {exc!r}") from exc
-        status = getattr(result, "status", None)
-        if status not in EXECUTION_STATUSES:
-            raise InfrastructureError(f"env worker returned an unknown status {status!r}")
-        if status != "ok":
-            detail = _shorten(result.stderr or result.stdout or "", 160)
-            return None, f"{status}: {detail}".rstrip(": "), _STATUS_FAILURE[status]
-        try:
-            answer = env.parse_answer(extract_final_answer(result.stdout))
-        except ParseError as exc:
-            return None, f"no answer in output ({exc}); stdout: {_shorten(result.stdout, 120)}", "no_proposal"
-        return answer, "", None
+        return _tool_call_text(self.spec, self.tools, answer)
 
     async def step(self, env_data: Any, env_worker: Any = None) -> None:
         env = self._check_env(env_data)
@@ -370,40 +429,7 @@ class ToolAgent(GameAgent):
             self.local_reward = config.parse_error_reward
             self.failure = "parse_error"
             return
-        reports: list[ToolReport] = []
-        proposal, proposal_state, proposal_outcome, proposal_value, last_failure = None, None, None, 0.0, None
-        penalty = config.invalid_action_penalty
-        for call in self.action:
-            if call.name == PYTHON_TOOL:
-                answer, output, failure = await self._run_python(env, call.argument, env_worker)
-            else:
-                try:
-                    answer, output, failure = env.parse_answer(call.argument), "", None
-                except ParseError as exc:
-                    answer, output, failure = None, f"error: {exc}", "tool_error"
-            if answer is not None:
-                new_state, outcome = env.apply_answer(state, answer)
-                # Chosen by what the agents can see (the plan agent is shown the proposal), never by hidden gold.
-                value = action_local_reward(
-                    env.observable_reward_of(state), env.observable_reward_of(new_state), outcome.invalid, penalty
-                )
-                if proposal_state is None or value > proposal_value:  # the best candidate, earliest on ties
-                    proposal, proposal_state, proposal_outcome, proposal_value = answer, new_state, outcome, value
-                output = (output + " " if output else "") + outcome.report
-            else:
-                last_failure = failure
-            argument = call.argument if call.name != PYTHON_TOOL else f"<{len(call.argument)} chars of code>"
-            reports.append(ToolReport(call.name, _shorten(argument, 80), answer is not None, _shorten(output)))
-        state.tool_reports = reports
-        state.proposal = env.format_answer(proposal) if proposal is not None else None
-        if proposal_state is None:
-            self.local_reward = config.tool_failure_reward
-            self.failure = last_failure or "no_proposal"
-        else:
-            self.local_reward = action_local_reward(
-                env.task_reward_of(state), env.task_reward_of(proposal_state), proposal_outcome.invalid, penalty
-            )
-        self.feedback = "\n".join(f"{r.name}: {r.output}" for r in reports)
+        await _tool_turn(self, env, self.action, env_worker)
 
 
 class PlanAgent(GameAgent):
@@ -434,12 +460,14 @@ class PlanAgent(GameAgent):
         self._proposal = env.state.proposal if self.sees_tool_report else None
         prompts = self.spec.prompts
         system = f"{prompts.task}\n{self._role_text()}\n{prompts.answer_help}"
-        closing = f"End with one line `#### <answer>`, e.g. `#### {prompts.answer_example}`."
-        lines = _status_lines(env, env.state, turn_idx, closing)
+        lines = _status_lines(env, env.state, turn_idx, self._closing())
         if self.sees_tool_report:  # last: the proposal is what a plan agent most often plays
             lines += _report_lines(env.state)
         self.prompt = build_prompt(system, "\n".join(lines), self.prompt_style)
         return self.prompt
+
+    def _closing(self) -> str:
+        return f"End with one line `#### <answer>`, e.g. `#### {self.spec.prompts.answer_example}`."
 
     def parse(self, response: str) -> Any:
         final = extract_final_answer(response)
@@ -478,10 +506,95 @@ class PlanAgent(GameAgent):
 
 
 class SingleAgent(PlanAgent):
-    """Does the whole task alone (policy level L0): a plan agent without a tool agent."""
+    """Does the whole task alone (policy level L0): a plan agent without a tool agent.
+
+    ``tools`` / ``max_tool_calls`` / ``code_timeout`` (the tool agent's options; default: no tools) give it
+    the team's tools: a response either calls tools (a *tool turn*, run as the tool agent's, its report and
+    proposal shown next turn; it earns 0, or ``tool_failure_reward`` when no call worked) or ends with
+    ``#### <answer>`` (an *action turn*, as the plan agent's; ``#### proposal`` plays the proposal, which an
+    action clears). A response with both plays the answer and says that its calls were not run."""
 
     default_role = "single"
     sees_tool_report = False
 
+    def __init__(
+        self,
+        *,
+        role: str | None = None,
+        prompt_style: str = "chat",
+        tools: list[str] | tuple[str, ...] | None = None,
+        max_tool_calls: int = 4,
+        code_timeout: float | None = None,
+    ) -> None:
+        super().__init__(role=role, prompt_style=prompt_style)
+        self.tools: tuple[str, ...] = ()
+        self.max_tool_calls: int | None = None  # scripted policies read it: set only for a tool user
+        self.code_timeout, self._tool_turn, self._ignored_calls = code_timeout, False, 0
+        if tools is not None:
+            self.tools = _checked_tools(self.spec, tools, max_tool_calls, code_timeout)
+            self.max_tool_calls, self.sees_tool_report = max_tool_calls, True  # it sees its own tool report
+
+    @property
+    def uses_tools(self) -> bool:
+        """Whether each turn may be a tool turn (the agent has the team's tools)."""
+        return bool(self.tools)
+
     def _role_text(self) -> str:
-        return "You solve the task alone: give the action to play."
+        if not self.uses_tools:
+            return "You solve the task alone: give the action to play."
+        return (
+            "You solve the task alone. Each turn, either call tools (one call per line, at most "
+            f"{self.max_tool_calls}; the best result becomes your proposal, shown next turn):\n"
+            f"{_tool_lines(self.spec.prompts, self.spec.env_tool, self.tools)}\n"
+            f"or give the action to play, or `#### {ACCEPT_PROPOSAL}` to play your proposal."
+        )
+
+    def _closing(self) -> str:
+        if not self.uses_tools:
+            return super()._closing()
+        example = self.spec.prompts.answer_example
+        call = f"{self.tools[0]}: {example}" if self.tools[0] != PYTHON_TOOL else "a ```python block"
+        return f"Call tools (e.g. `{call}`) or end with one line `#### <answer>`."
+
+    def parse(self, response: str) -> Any:
+        self._tool_turn, self._ignored_calls = False, 0
+        if not self.uses_tools:
+            return super().parse(response)
+        try:
+            extract_final_answer(response)
+        except ParseError:
+            try:
+                calls = parse_tool_calls(response, self.tools, self.max_tool_calls)
+            except ParseError as exc:
+                raise ParseError(f"no tool call and no `#### <answer>` line ({exc})") from exc
+            self._tool_turn = True
+            return calls
+        answer = super().parse(response)
+        try:
+            self._ignored_calls = len(parse_tool_calls(response, self.tools, self.max_tool_calls))
+        except ParseError:
+            pass
+        return answer
+
+    def format_tool_response(self, answer: Any) -> str:
+        """A tool turn's response whose call finds ``answer`` (used by scripted policies)."""
+        if not self.uses_tools:
+            raise ValueError(f"{type(self).__name__} has no tools: it answers with `#### <answer>` only")
+        return _tool_call_text(self.spec, self.tools, answer)
+
+    async def step(self, env_data: Any, env_worker: Any = None) -> None:
+        if not (self.uses_tools and self.action is not None):
+            await super().step(env_data, env_worker)
+            return
+        env = self._check_env(env_data)
+        self.failure = None
+        if self._tool_turn:
+            await _tool_turn(self, env, self.action, env_worker)
+            self.local_reward = self.local_reward if self.failure else 0.0  # nothing to farm
+            return
+        await super().step(env_data, env_worker)
+        state = env.state
+        if self._ignored_calls:
+            state.last_report += f" ({self._ignored_calls} tool call(s) in the same response were not run)"
+            self.feedback = state.last_report
+        state.proposal, state.tool_reports = None, []  # simulated on the state before the action
