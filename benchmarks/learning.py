@@ -21,7 +21,8 @@ model) and the command line's overrides; numbers are read back from the run fold
    ``pipeline=[eval]`` run on the same model.
 2. **RL cells** (method x seed), each ``plan_path/<level>`` with ``pipeline=[<stage>, eval]`` from the warm
    start (``eval_before`` runs first), each with the same budget of sampled completions
-   (``<stage>.max_completions``; every completion the RL rollouts draw is counted, evaluation is not):
+   (``<stage>.max_completions``; every completion the RL rollouts draw is counted, the continuations of
+   ``rollout.credit_depth`` too, evaluation is not):
    ``grpo_l0`` single-agent GRPO (L0, independent sampling), ``at_grpo_l1`` AT-GRPO with one shared
    model (tree sampling), ``at_grpo_l3`` AT-GRPO with one model per role, ``at_grpo_l2`` one LoRA
    adapter per role. A cell stops once its completion count reaches the budget, so the counts agree
@@ -94,6 +95,9 @@ SETTINGS: tuple[str, ...] = (
     "model.name=small",
     "model.dtype=float32",
     "env.invalid_action_penalty=0.1",  # the environment's default: per blocked move of an action
+    # The single agent has the team's tool (issue #36's fair baseline): its warm-start demonstrations simulate,
+    # then play the proposal, as the team's tool and plan agents do; the no-tool rows override it.
+    "env.agent_options.single.tools=[simulate]",
     "policy.lora.r=8",
     "policy.lora.alpha=16",
     "policy.lora.target_modules=[q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]",  # all linear
@@ -214,17 +218,23 @@ def preference_methods(level: str = "L1") -> tuple[Method, Method, Method]:
     )
 
 
+# Plan-Path's single agent with the team's tool gets the team's model calls: the tool agent and the plan agent
+# each answer once per turn, the single agent once per turn (a tool turn or an action turn), so twice the turns.
+SINGLE_WITH_TOOL: tuple[str, ...] = ("env.max_turns=6",)
+NO_SINGLE_TOOL: tuple[str, ...] = ("env.agent_options.single.tools=null",)
+
 METHODS: dict[str, Method] = {
     m.name: m
     for m in (
-        Method("grpo_l0", "single-agent GRPO (L0)", "L0", "grpo"),
+        Method("grpo_l0", "single-agent GRPO, no tool (L0)", "L0", "grpo", NO_SINGLE_TOOL),
+        Method("grpo_l0_tool", "single-agent GRPO with simulate (L0)", "L0", "grpo", SINGLE_WITH_TOOL),
         Method("at_grpo_l1", "AT-GRPO, shared policy (L1)", "L1", "at_grpo"),
         Method("at_grpo_l3", "AT-GRPO, model per role (L3)", "L3", "at_grpo"),
         Method("at_grpo_l2", "AT-GRPO, LoRA per role (L2)", "L2", "at_grpo"),
         *preference_methods("L1"),
     )
 }
-DEFAULT_METHODS = ("grpo_l0", "at_grpo_l1", "at_grpo_l3")
+DEFAULT_METHODS = ("grpo_l0", "grpo_l0_tool", "at_grpo_l1", "at_grpo_l3")
 
 
 @dataclass(frozen=True)
@@ -259,9 +269,12 @@ class BenchTask:
 PLAN_PATH = BenchTask(
     name="plan_path", family="plan_path", settings=SETTINGS, methods=METHODS, default_methods=DEFAULT_METHODS,
     starts=(StartRow("start_multi", "multi-agent workflow before RL (warm start)", "L1"),
-            StartRow("start_single", "single agent before RL (warm start)", "L0", folder_suffix="-single")),
-    baseline="grpo_l0", results=DEFAULT_RESULTS,
-    description="Plan-Path 4x4, 20 % walls, 3 turns, tool agent with simulate",
+            StartRow("start_single", "single agent, no tool, before RL (warm start)", "L0", NO_SINGLE_TOOL, "-single"),
+            StartRow("start_single_tool", "single agent with simulate, before RL (warm start)", "L0", SINGLE_WITH_TOOL,
+                     "-single-tool")),
+    baseline="grpo_l0_tool", results=DEFAULT_RESULTS,
+    description="Plan-Path 4x4, 20 % walls, 3 turns, simulate for the team's tool agent and the single agent "
+                "(6 turns: the team's model calls)",
 )
 
 # math/arith: generated multi-step arithmetic word problems (level 2: three operations on 3-4 digit numbers),
@@ -495,7 +508,7 @@ def role_tools(level: str, task_name: str = "plan_path", overrides: tuple[str, .
     _, fields, options = workflow_env(run_config(level, overrides, 0, Path("unused"), TASKS[task_name]))
     out = {}
     for role in fields["turn_order"]:
-        tools = list(options.get(role, {}).get("tools", []))
+        tools = list(options.get(role, {}).get("tools") or [])
         own = {"tool_generator": fields.get("tool"), "single": fields.get("single_tool")}.get(role)
         if not tools and own not in (None, "none"):
             tools = [own]
@@ -660,6 +673,7 @@ def rl_history(metrics_file: Path) -> tuple[list[dict[str, Any]], list[dict[str,
     completions, success, reward, ... and per policy loss, approx_kl, entropy, grad_norm) and one point per
     held-out evaluation on the way (``eval_every_completions``)."""
     from pettingllms.plots import read_metrics
+    from pettingllms.stages.at_grpo import step_completions  # samples and credit continuations
 
     history, points = [], []
     for record in read_metrics(metrics_file):
@@ -668,7 +682,7 @@ def rl_history(metrics_file: Path) -> tuple[list[dict[str, Any]], list[dict[str,
                            "greedy": record.get("eval/greedy_success_rate")})
         elif "num_samples" in record:
             history.append({
-                "step": record["step"], "completions": int(record["num_samples"] + record["dropped_samples"]),
+                "step": record["step"], "completions": step_completions(record),
                 "success_rate": record["success_rate"], "reward": record["reward"],
                 "frac_reward_zero_std": record["frac_reward_zero_std"], "parse_error_rate": record["parse_error_rate"],
                 "mean_length": record["completions/mean_length"], "step_s": record["time/step_s"],

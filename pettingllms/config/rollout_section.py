@@ -23,6 +23,8 @@ __all__ = [
     "GENERATION_BACKENDS",
     "MIN_STATE_MAX_CHARS",
     "TOKEN_STAGES",
+    "check_credit",
+    "check_credit_sampling",
     "check_generation_config",
     "check_num_generations",
     "check_pipeline_generation",
@@ -68,6 +70,12 @@ class RolloutConfig(StrictFromDict):
     transcript_state_max_chars: int | None = help_field(
         "characters kept of each transcribed state snapshot (>= 100; None: the whole state)", None
     )
+    credit_depth: int = help_field(
+        "tree sampling: continue every candidate this many agent steps and add the discounted global-reward "
+        "increments to its reward (0: off; pettingllms.execution.continuation)",
+        0,
+    )
+    credit_discount: float = help_field("gamma of the continuation increments, in [0, 1]", 1.0)
 
     def __post_init__(self) -> None:
         check_float("temperature", self.temperature, gt=0.0, spell_out=True)
@@ -78,6 +86,7 @@ class RolloutConfig(StrictFromDict):
             raise ValueError(f"`greedy_branch` must be true or false, got {self.greedy_branch!r}")
         check_transcripts_rate(self.transcripts_rate)
         check_state_max_chars(self.transcript_state_max_chars)
+        check_credit(self.credit_depth, self.credit_discount)
 
     @classmethod
     def from_section(cls, rollout: Mapping[str, Any]) -> RolloutConfig:
@@ -90,6 +99,27 @@ def check_num_generations(value: Any) -> None:
     """K (``num_generations``) is an integer >= 1: the one check of it, for :class:`RolloutConfig` and for an
     :class:`~pettingllms.execution.EngineConfig` built directly."""
     check_int("num_generations", value, 1, spell_out=True)
+
+
+def check_credit(
+    depth: Any,
+    discount: Any,
+    sampling_mode: str | None = None,
+    *,
+    prefix: str = "",
+    mode_field: str = "sampling_mode",
+) -> None:
+    """Credit across turns (:mod:`pettingllms.execution.continuation`): ``credit_depth`` an integer >= 0,
+    ``credit_discount`` in [0, 1], and, where ``sampling_mode`` is given, a depth above 0 only with ``tree``
+    (continuations score tree candidates; an independent trajectory's return already spans its episode).
+    The messages name ``prefix`` + the field (``rollout.credit_depth``) and ``mode_field``."""
+    check_int(f"{prefix}credit_depth", depth, 0, spell_out=True)
+    check_float(f"{prefix}credit_discount", discount, ge=0.0, le=1.0, spell_out=True)
+    if sampling_mode is not None and depth > 0 and sampling_mode != "tree":
+        raise ValueError(
+            f"`{prefix}credit_depth` is {depth}, but `{mode_field}` is {sampling_mode!r}: credit across turns "
+            f"continues tree candidates and needs tree sampling; set `{prefix}credit_depth` 0"
+        )
 
 
 def check_transcripts_rate(value: Any, name: str = "transcripts_rate") -> None:
@@ -114,8 +144,10 @@ def vllm_settings(rollout: Mapping[str, Any]):
 
 def check_generation_config(config: Mapping[str, Any]) -> None:
     """``rollout.backend`` and its keys: a known backend, valid vLLM settings, an API with a URL and a
-    known format (:func:`check_pipeline_generation` refuses an API under a training stage)."""
+    known format (:func:`check_pipeline_generation` refuses an API under a training stage); and
+    ``rollout.credit_depth`` against the pipeline's sampling (:func:`check_credit_sampling`)."""
     rollout = config["rollout"]
+    check_credit_sampling(config)
     backend = rollout.get("backend", "hf")
     if backend not in GENERATION_BACKENDS:
         raise ConfigError(f"`rollout.backend` must be one of {list(GENERATION_BACKENDS)}, got {backend!r}")
@@ -130,6 +162,25 @@ def check_generation_config(config: Mapping[str, Any]) -> None:
         raise ConfigError(f"`rollout.api_format`: {error}") from error
     if not isinstance(rollout.get("api_url"), str) or not rollout["api_url"]:
         raise ConfigError("`rollout.backend` is 'api' but `rollout.api_url` is not set (the endpoint URL)")
+
+
+def check_credit_sampling(config: Mapping[str, Any]) -> None:
+    """``rollout.credit_depth > 0`` continues tree candidates: no RL stage of the pipeline may sample
+    independently (``grpo``, or ``at_grpo.sampling_mode`` independent)."""
+    depth = config["rollout"].get("credit_depth", 0)
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth <= 0:
+        return  # off (a bad value is RolloutConfig's error, naming the key)
+    for stage in config["pipeline"]:
+        if stage == "grpo":
+            where = "stage `grpo` samples independently"
+        elif stage == "at_grpo" and (config.get("at_grpo") or {}).get("sampling_mode") == "independent":
+            where = "`at_grpo.sampling_mode` is 'independent'"
+        else:
+            continue
+        raise ConfigError(
+            f"`rollout.credit_depth` is {depth}, but {where}: credit across turns continues tree candidates and "
+            "needs tree sampling (`at_grpo.sampling_mode` tree); set `rollout.credit_depth` 0"
+        )
 
 
 def check_pipeline_generation(config: Mapping[str, Any]) -> None:

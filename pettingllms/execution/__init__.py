@@ -11,6 +11,7 @@
 >>> tensors = tensorize(batch.samples, pad_token_id=policy.handle("shared").tokenizer.pad_token_id)
 """
 
+from pettingllms.execution.continuation import credit_return, global_increments
 from pettingllms.execution.engine import SAMPLING_MODES, EngineConfig, RolloutEngine
 from pettingllms.execution.independent import EvalResult, assign_returns, summarize_eval
 from pettingllms.execution.policies import (
@@ -70,8 +71,10 @@ __all__ = [
     "assign_returns",
     "build_policy",
     "build_router",
+    "credit_return",
     "episode_sampled",
     "fresh_copies",
+    "global_increments",
     "group_samples",
     "level_turn_order",
     "member_rewards",

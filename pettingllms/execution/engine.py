@@ -10,7 +10,9 @@ At each one the engine
 3. parses each completion with its own agent copy and steps every environment copy concurrently
    (``asyncio.gather``; tool code runs through ``env_worker``);
 4. records a :class:`~pettingllms.execution.samples.Sample` per completion and, in tree mode, selects the
-   branch to continue per problem from that group's own rewards (:mod:`pettingllms.execution.tree`).
+   branch to continue per problem from that group's own rewards (:mod:`pettingllms.execution.tree`);
+   with ``credit_depth > 0`` each candidate is first continued a few steps on a copy and trained on its
+   return over them (:mod:`pettingllms.execution.continuation`, batched the same way).
 
 Seeds: the request of problem ``p`` at ``(turn, agent_index)`` of ``step`` has seed
 ``derive_seed(run_seed, "rollout", step, p, turn, agent_index)`` (independent trajectories append their
@@ -41,8 +43,9 @@ from comlrl.rollout.types import Completion, GenerationRequest, SamplingParams
 from comlrl.seeding import derive_seed
 from comlrl.validation import strict_from_dict
 from pettingllms.agents.failures import MODEL_FAILURES, FailureBudget, InfrastructureError
-from pettingllms.config.rollout_section import check_num_generations, check_transcripts_rate
+from pettingllms.config.rollout_section import check_credit, check_num_generations, check_transcripts_rate
 from pettingllms.envs.base import StepResult
+from pettingllms.execution.continuation import continue_candidates
 from pettingllms.execution.independent import EvalResult, assign_returns, summarize_eval
 from pettingllms.execution.policies import EnvContext
 from pettingllms.execution.router import Router
@@ -79,6 +82,9 @@ class EngineConfig:
     - ``greedy_selection``: tree branch selection by best reward (seeded tie-break); False: random branch.
     - ``trajectory_return``: independent mode's return, ``final`` (task reward of the final state) or
       ``sum`` (sum of step rewards).
+    - ``credit_depth`` / ``credit_discount``: credit across turns in tree mode: each candidate is continued
+      up to ``credit_depth`` further agent steps and its training reward is
+      ``r_0 + sum_j credit_discount**j * g_j`` (:mod:`~pettingllms.execution.continuation`); 0: off.
 
     > Generation
 
@@ -104,6 +110,10 @@ class EngineConfig:
     sampling_mode: str = field(default="tree", metadata={"help": "tree | independent"})
     greedy_selection: bool = field(default=True, metadata={"help": "continue the best branch (else random)"})
     trajectory_return: str = field(default="final", metadata={"help": "independent mode: final | sum"})
+    credit_depth: int = field(
+        default=0, metadata={"help": "tree mode: continuation steps per candidate (0: off)"}
+    )
+    credit_discount: float = field(default=1.0, metadata={"help": "gamma of the continuation increments"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature (0: greedy)"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling mass"})
     top_k: int = field(default=0, metadata={"help": "top-k truncation (0: off)"})
@@ -132,6 +142,7 @@ class EngineConfig:
             raise ValueError(
                 f"`sampling_mode` must be one of {list(SAMPLING_MODES)}, got {self.sampling_mode!r}"
             )
+        check_credit(self.credit_depth, self.credit_discount, self.sampling_mode)
         if self.trajectory_return not in TRAJECTORY_RETURNS:
             raise ValueError(
                 f"`trajectory_return` must be one of {list(TRAJECTORY_RETURNS)}, "
@@ -267,6 +278,8 @@ class RolloutEngine:
                 notice = (
                     f"environment {getattr(probe, 'name', type(probe).__name__)!r} cannot be copied; "
                     "tree sampling falls back to independent sampling"
+                    + (" (without credit across turns: `credit_depth` continues tree candidates)"
+                       if self.config.credit_depth else "")
                 )
                 logger.warning(notice)
                 notices.append(notice)
@@ -379,9 +392,16 @@ class RolloutEngine:
 
     # ---- one decision point ---------------------------------------------------------------------
     async def _decide(
-        self, slots: list[_Slot], turn: int, agent_index: int, params: SamplingParams, batch: RolloutBatch
+        self,
+        slots: list[_Slot],
+        turn: int,
+        agent_index: int,
+        params: SamplingParams,
+        batch: RolloutBatch,
+        continuation: int | None = None,
     ) -> list[list[tuple[Completion, StepResult | InfrastructureError]]]:
-        """Prompt, generate (one call per policy), parse and step every copy of every slot concurrently."""
+        """Prompt, generate (one call per policy), parse and step every copy of every slot concurrently.
+        ``continuation``: the depth of a credit continuation step (recorded with its calls)."""
         role = self.agents[agent_index].role
         policy = self.router.policy_for(role)
         wants_context = getattr(self.router.backend_for(policy), "wants_env_context", False)
@@ -416,9 +436,10 @@ class RolloutEngine:
         calls = sum(made.values())
         batch.generate_calls += calls
         self.generate_calls += calls
-        batch.calls_per_decision_point.append(
-            {"turn": turn, "agent_index": agent_index, "role": role, "requests": len(requests), "calls": made}
-        )
+        point: dict[str, Any] = {"turn": turn, "agent_index": agent_index, "role": role, "requests": len(requests), "calls": made}
+        if continuation is not None:
+            point["continuation"] = continuation
+        batch.calls_per_decision_point.append(point)
 
         steps = []
         for slot, group in zip(slots, completions):
@@ -436,6 +457,20 @@ class RolloutEngine:
             out.append(list(zip(group, results[position : position + len(group)])))
             position += len(group)
         return out
+
+    async def _decide_single(
+        self,
+        items: list[tuple[int, Any, Any, int]],
+        turn: int,
+        agent_index: int,
+        params: SamplingParams,
+        batch: RolloutBatch,
+        continuation: int,
+    ) -> list[tuple[Completion, StepResult | InfrastructureError]]:
+        """One completion per ``(problem_id, env, agent, seed)``: a credit continuation step
+        (:mod:`~pettingllms.execution.continuation`)."""
+        slots = [_Slot(pid, [env], [agent], seed) for pid, env, agent, seed in items]
+        return [group[0] for group in await self._decide(slots, turn, agent_index, params, batch, continuation)]
 
     def _record(self, result: StepResult | InfrastructureError, batch: RolloutBatch, where: str) -> bool:
         """Count one attempted sample; True when it was dropped (logged). May stop the run."""
@@ -529,8 +564,14 @@ class RolloutEngine:
                         )
                         slots.append(_Slot(episode.problem_id, envs, agents, seed))
                     decided = await self._decide(slots, turn, agent_index, params, batch)
-                    for episode, slot, group in zip(active, slots, decided):
-                        self._tree_select(episode, slot, group, turn, agent_index, step, batch, snapshots)
+                    returns: Sequence[list[float | None] | None] = [None] * len(slots)
+                    if self.config.credit_depth:  # credit across turns (off: nothing of it runs)
+                        returns = await continue_candidates(
+                            self._decide_single, self.agents, self.config, slots, decided,
+                            step=step, turn=turn, agent_index=agent_index, params=params, batch=batch,
+                        )
+                    for episode, slot, group, credit in zip(active, slots, decided, returns):
+                        self._tree_select(episode, slot, group, turn, agent_index, step, batch, snapshots, credit)
             for episode in episodes:
                 if episode.alive:  # the turn budget ends every episode; this guards a misconfigured env
                     raise RuntimeError(
@@ -550,6 +591,7 @@ class RolloutEngine:
         step: int,
         batch: RolloutBatch,
         snapshots: Callable[[int], bool] | None = None,
+        credit: list[float | None] | None = None,
     ) -> None:
         key = GroupKey(episode.problem_id, turn, agent_index)
         snapshot = snapshots is not None and snapshots(episode.problem_id)
@@ -574,6 +616,8 @@ class RolloutEngine:
                 mode="tree",
                 state=state_snapshot(slot.envs[candidate]) if snapshot else None,
             )
+            if credit is not None:  # the return over the continuation (None only for a dropped candidate);
+                sample.group_reward = credit[candidate]  # type: ignore[assignment]  # selection stays on `reward`
             rewards.append(sample.reward)
             members.append(sample)
         kept = [s for s in members if s is not None]

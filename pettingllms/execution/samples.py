@@ -9,7 +9,9 @@ Groups. A sample's ``group_key`` says which samples its advantage is normalised 
 
 A group's *members* are its distinct ``candidate`` indices (tree: the candidate; independent: the
 trajectory) and each member has one ``group_reward``: the step reward ``alpha * global + local`` in tree
-mode, the trajectory's return (the same on every sample of the trajectory) in independent mode.
+mode (with credit across turns, ``credit_depth > 0``, its return over a short continuation:
+:mod:`pettingllms.execution.continuation`), the trajectory's return (the same on every sample of the
+trajectory) in independent mode.
 :func:`member_rewards` returns exactly those numbers, so the trainer normalises over the K members and a
 long trajectory does not count more than a short one.
 
@@ -145,8 +147,11 @@ class RolloutBatch:
     """Everything one engine call produced.
 
     ``calls_per_decision_point`` lists, per decision point ``(turn, agent_index)``, how many backend
-    ``generate`` calls each policy received (the engine makes one per policy). ``timings`` holds seconds
-    spent generating (``generate_s``), stepping environments (``env_s``) and in total (``total_s``).
+    ``generate`` calls each policy received (the engine makes one per policy); the rounds of credit
+    continuations are listed too, marked ``"continuation": depth``. ``continuation_completions`` counts
+    the completions those continuations sampled (no training samples; 0 with ``credit_depth`` 0).
+    ``timings`` holds seconds spent generating (``generate_s``), stepping environments (``env_s``) and in
+    total (``total_s``).
     """
 
     step: int
@@ -156,6 +161,7 @@ class RolloutBatch:
     generate_calls: int = 0
     calls_per_decision_point: list[dict[str, Any]] = field(default_factory=list)
     dropped_samples: int = 0
+    continuation_completions: int = 0
     failures: dict[str, int] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     transcripts: list[dict[str, Any]] = field(default_factory=list)
@@ -175,7 +181,7 @@ class RolloutBatch:
     def stats(self) -> dict[str, float]:
         """Flat scalar summary (for logs); per-agent metrics are the trainer's."""
         n = len(self.samples)
-        points = len(self.calls_per_decision_point)
+        points = sum("continuation" not in p for p in self.calls_per_decision_point)
         return {
             "samples": float(n),
             "dropped_samples": float(self.dropped_samples),
@@ -186,6 +192,8 @@ class RolloutBatch:
             "max_calls_per_policy_per_decision_point": float(
                 max((c for p in self.calls_per_decision_point for c in p["calls"].values()), default=0)
             ),
+            **({"continuation_completions": float(self.continuation_completions)}
+               if self.continuation_completions else {}),
             **{f"time/{k}": float(v) for k, v in self.timings.items()},
         }
 

@@ -9,7 +9,10 @@ logged as ``eval/*`` records (with ``eval/completions``) in the stage's ``metric
 ``eval.transcripts_rate`` the episodes go to ``<stage>/eval-<step>/rollouts.jsonl``. A pipeline that repeats the stage (folders ``at_grpo``,
 ``at_grpo_2``, ...) gives the ``n``-th repeat what is left of ``n * max_completions`` after the repeats before
 it (:func:`repeat_budget`), so the completions a repeat's last step sampled past its share come off the next
-one and ``n`` repeats sample ``n * max_completions`` within one step.
+one and ``n`` repeats sample ``n * max_completions`` within one step. A step's completions
+(:func:`step_completions`) are its training samples, kept and dropped, plus the completions of credit
+continuations (``rollout/continuation_completions``, :mod:`pettingllms.execution.continuation`): sampled,
+though not trained on, so a run with credit across turns spends the same budget on fewer steps.
 
 A fourth stage key, ``update_policy`` (default true), set false makes an ``at_grpo`` stage sample its trees
 and write their preference pairs for the ``madpo_from_trees`` stage right after it without updating the
@@ -53,6 +56,7 @@ __all__ = [
     "repeat_budget",
     "repeat_number",
     "run_at_grpo",
+    "step_completions",
 ]
 
 # Section keys that are the stage's, not ATGRPOConfig fields: the limits (TrainingLimits) and update_policy.
@@ -108,8 +112,14 @@ def repeat_budget(max_completions: int, repeat: int, earlier: int) -> int:
     return max(1, repeat * max_completions - earlier)
 
 
+def step_completions(metrics: Mapping[str, float]) -> int:
+    """The completions one logged step sampled: its samples (kept and dropped) and the completions of its credit
+    continuations (``rollout/continuation_completions``, absent without credit across turns)."""
+    return int(metrics["num_samples"] + metrics["dropped_samples"] + metrics.get("rollout/continuation_completions", 0))
+
+
 def earlier_repeat_completions(run_dir: Path, stage: str, repeat: int) -> int:
-    """The completions (kept and dropped) the repeats ``1 .. repeat - 1`` of ``stage`` logged in their
+    """The completions (:func:`step_completions`) the repeats ``1 .. repeat - 1`` of ``stage`` logged in their
     ``metrics.jsonl`` under ``run_dir``."""
     from comlrl.reporting import read_metrics
 
@@ -118,7 +128,7 @@ def earlier_repeat_completions(run_dir: Path, stage: str, repeat: int) -> int:
         path = run_dir / (stage if number == 1 else f"{stage}_{number}") / "metrics.jsonl"
         if not path.exists():
             raise RuntimeError(f"stage {stage!r}, repeat {repeat}: the metrics of repeat {number} ({path}) are missing")
-        total += sum(int(r["num_samples"] + r["dropped_samples"]) for r in read_metrics(path) if "num_samples" in r)
+        total += sum(step_completions(r) for r in read_metrics(path) if "num_samples" in r)
     return total
 
 
@@ -232,8 +242,8 @@ class CompletionCounter:
                 self.count(record)
 
     def count(self, metrics: Mapping[str, float]) -> bool:
-        """Add one step's completions (kept and dropped); whether a held-out evaluation is due now."""
-        self.completions += int(metrics["num_samples"] + metrics["dropped_samples"])
+        """Add one step's completions (:func:`step_completions`); whether a held-out evaluation is due now."""
+        self.completions += step_completions(metrics)
         budget = self.limits.max_completions
         due = self.next_eval is not None and self.completions >= self.next_eval
         if due and (not budget or self.completions < budget):  # the stage's last point is the eval stage's

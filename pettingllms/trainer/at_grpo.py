@@ -71,7 +71,11 @@ Metric names (logged every ``logging_steps`` to ``output_dir/metrics.jsonl`` and
   ``nonfinite_losses_skipped`` and ``nonfinite_rewards_dropped`` (run totals),
   ``failures/<label>`` (samples of the rollout that reported a model failure: ``parse_error``,
   ``tool_timeout``, ``verify_timeout``, ...; labels that did not occur are left out),
-  ``time/{rollout,generate,env,update,step}_s``;
+  ``time/{rollout,generate,env,update,step}_s``; with credit across turns (``rollout.credit_depth > 0``,
+  :mod:`pettingllms.execution.continuation`) ``reward`` / ``reward_std`` / ``frac_reward_zero_std`` are those of
+  the returns the advantages compare, and ``reward_immediate`` / ``frac_reward_zero_std_immediate`` (the
+  candidates' own step rewards: what ``reward`` / ``frac_reward_zero_std`` are without credit) and
+  ``rollout/continuation_completions`` (completions the continuations sampled, no training samples) are added;
 - ``agent/<role>/...`` and ``agent/<role>/turn_<t>/...``: ``reward_mean``/``reward_std`` (mixed),
   ``global_reward_*``, ``local_reward_*``, ``frac_reward_zero_std``, ``parse_error_rate``, ``success_rate``
   (the team's success on the episodes that agent acted in), ``completions/mean_length``, ``num_samples``;
@@ -122,7 +126,7 @@ from pettingllms.trainer.at_grpo_setup import (
 )
 from pettingllms.trainer.grouping import MemberTable, at_grpo_group_key, member_table, sample_advantages
 from pettingllms.trainer.losses import at_grpo_loss
-from pettingllms.trainer.metrics import SUCCESS_NOTES, StepTable, rollout_metrics
+from pettingllms.trainer.metrics import SUCCESS_NOTES, StepTable, credit_metrics, rollout_metrics
 from pettingllms.trainer.micro_batches import micro_batch_groups
 from pettingllms.trainer.policy_update import PolicyUpdater, UpdateResult
 from pettingllms.trainer.problems import MAX_SEED_RANGE, draw_problem_ids, problem_order
@@ -288,7 +292,7 @@ class ATGRPOTrainer(TrainerCore):
         :class:`ATGRPOConfig` fields, and ``policy_level`` / ``agent_policies`` (into ``model``, a
         PolicyConfig), ``turn_order`` / ``max_turns`` / ``alpha`` (into ``env_config``), ``num_generations``,
         ``temperature``, ``top_p``, ``max_completion_length``, ``greedy_selection``, ``transcript_rate``,
-        ``transcript_state_max_chars`` (into ``rollout``, a RolloutConfig with the ``rollout`` section's
+        ``transcript_state_max_chars``, ``credit_depth``, ``credit_discount`` (into ``rollout``, a RolloutConfig with the ``rollout`` section's
         names and defaults); :func:`~pettingllms.trainer.at_grpo_setup.split_flat_settings`. ``kwargs`` are
         the constructor's other arguments."""
         config, rollout, model, env_config = split_flat_settings(values, model, env_config)
@@ -436,6 +440,8 @@ class ATGRPOTrainer(TrainerCore):
         metrics: dict[str, float] = {"success_rate": view.success_rate}
         metrics.update(rollout_metrics(view.samples) if view.samples else dict.fromkeys(NO_SAMPLE_METRICS, math.nan))
         metrics["num_samples"] = float(len(view.samples))
+        if self.engine.config.credit_depth:  # credit across turns: `reward` is the return, these compare
+            metrics.update(credit_metrics(view.samples, view.continuation_completions))
         update_start = time.perf_counter()
         if hasattr(self.backend, "sleep"):
             self.backend.sleep()  # vLLM's sleep mode: the engine's device memory goes to the update

@@ -32,6 +32,8 @@ FLAT_NAMES: dict[str, tuple[str, str]] = {
     "max_completion_length": ("rollout", "max_completion_length"),
     "transcript_rate": ("rollout", "transcripts_rate"),
     "transcript_state_max_chars": ("rollout", "transcript_state_max_chars"),
+    "credit_depth": ("rollout", "credit_depth"),
+    "credit_discount": ("rollout", "credit_discount"),
 }
 
 
@@ -91,6 +93,8 @@ def engine_config_for(config: ATGRPOConfig, rollout: RolloutConfig) -> EngineCon
         transcript_rate=rollout.transcripts_rate,
         transcript_state_max_chars=rollout.transcript_state_max_chars,
         output_dir=config.output_dir,
+        credit_depth=rollout.credit_depth,
+        credit_discount=rollout.credit_discount,
     )
 
 

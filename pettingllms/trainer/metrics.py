@@ -10,6 +10,7 @@ the share of its own samples that ended an episode (0 by construction for an age
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -20,7 +21,8 @@ from pettingllms.agents.failures import failure_counts
 from pettingllms.execution import Sample
 from pettingllms.trainer.grouping import member_table
 
-__all__ = ["COLUMNS_HINT", "NOTHING_TO_LEARN", "StepTable", "UpdateStats", "episode_successes", "mean", "rollout_metrics"]
+__all__ = ["COLUMNS_HINT", "NOTHING_TO_LEARN", "StepTable", "UpdateStats", "credit_metrics", "episode_successes", "mean",
+           "rollout_metrics"]
 
 
 def mean(values: Sequence[float]) -> float:
@@ -103,6 +105,27 @@ def rollout_metrics(samples: Sequence[Sample], zero_std_atol: float = 1e-8) -> d
         sub = member_table([s for s in samples if s.policy == name])
         out.update(group_stats(sub.rewards, sub.group_ids, zero_std_atol).as_metrics(f"policy/{name}/"))
     return out
+
+
+def credit_metrics(
+    samples: Sequence[Sample], continuation_completions: int, zero_std_atol: float = 1e-8
+) -> dict[str, float]:
+    """The metrics of credit across turns (``credit_depth > 0``, :mod:`pettingllms.execution.continuation`).
+
+    ``reward`` and ``frac_reward_zero_std`` then describe the returns ``R`` the advantages compare;
+    ``reward_immediate`` / ``frac_reward_zero_std_immediate`` are the same statistics of the candidates' own
+    step rewards (``Sample.reward``), i.e. what ``reward`` / ``frac_reward_zero_std`` are without credit, so
+    runs with and without it compare; ``rollout/continuation_completions`` counts the completions the
+    continuations sampled (no training samples). NaN rewards for a step without samples.
+    """
+    out = {"rollout/continuation_completions": float(continuation_completions)}
+    if not samples:
+        return {**out, "reward_immediate": math.nan, "frac_reward_zero_std_immediate": math.nan}
+    table = member_table(samples)
+    immediate = {(s.group_key, s.candidate): s.reward for s in samples}
+    rewards = torch.tensor([immediate[member] for member in table.members], dtype=torch.float64)  # as member_table's
+    stats = group_stats(rewards, table.group_ids, zero_std_atol).as_metrics()
+    return {**out, "reward_immediate": stats["reward"], "frac_reward_zero_std_immediate": stats["frac_reward_zero_std"]}
 
 
 @dataclass

@@ -88,6 +88,7 @@ class StepView:
     generate_calls: int
     sampled_policies: set[str]
     trained: set[str]
+    continuation_completions: int = 0  # completions of credit continuations (no samples)
 
     @classmethod
     def local(cls, batch: Any, samples: list[Any], tensors: Mapping[str, Any], dropped_groups: int,
@@ -103,6 +104,7 @@ class StepView:
             generate_calls=batch.generate_calls,
             sampled_policies={s.policy for s in batch.samples},
             trained=set(tensors),
+            continuation_completions=batch.continuation_completions,
         )
 
 
@@ -124,6 +126,7 @@ def gather_step(batch: Any, samples: list[Any], tensors: Mapping[str, Any], drop
         "groups": dropped_groups,
         "what": dropped_what,
         "calls": batch.generate_calls,
+        "continuations": batch.continuation_completions,
         "sampled": sorted({s.policy for s in batch.samples}),
         "trained": sorted(tensors),
         "records": batch.transcripts,
@@ -143,4 +146,5 @@ def gather_step(batch: Any, samples: list[Any], tensors: Mapping[str, Any], drop
         generate_calls=sum(part["calls"] for part in parts),
         sampled_policies={name for part in parts for name in part["sampled"]},
         trained={name for part in parts for name in part["trained"]},
+        continuation_completions=sum(part["continuations"] for part in parts),
     )

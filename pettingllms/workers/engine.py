@@ -76,6 +76,7 @@ def merge_worker_batches(
         merged.generate_calls += batch.generate_calls
         merged.calls_per_decision_point.extend(batch.calls_per_decision_point)
         merged.dropped_samples += batch.dropped_samples
+        merged.continuation_completions += batch.continuation_completions
         for label, count in batch.failures.items():
             merged.failures[label] = merged.failures.get(label, 0) + count
         for key, seconds in batch.timings.items():

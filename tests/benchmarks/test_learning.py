@@ -39,31 +39,34 @@ def _cell(before, after, completions=100, seconds=60.0):
 
 
 def test_table_means_and_targets_match_hand_computation():
-    warm = {0: {"start_multi": 0.2, "start_single": 0.3}, 1: {"start_multi": 0.4, "start_single": 0.1}}
+    warm = {0: {"start_multi": 0.2, "start_single": 0.3, "start_single_tool": 0.1},
+            1: {"start_multi": 0.4, "start_single": 0.1, "start_single_tool": 0.3}}
     cells = {
-        ("grpo_l0", 0): _cell(0.3, 0.4), ("grpo_l0", 1): _cell(0.1, 0.2),
+        ("grpo_l0_tool", 0): _cell(0.3, 0.4), ("grpo_l0_tool", 1): _cell(0.1, 0.2),
         ("at_grpo_l1", 0): _cell(0.2, 0.7, 90), ("at_grpo_l1", 1): _cell(0.4, 0.6, 110),
     }
-    rows, table = learning.build_table([0, 1], warm, cells, ["grpo_l0", "at_grpo_l1"])
-    assert math.isclose(rows[0]["mean"], 0.3) and math.isclose(rows[1]["mean"], 0.2)
-    l1 = rows[3]
+    rows, table = learning.build_table([0, 1], warm, cells, ["grpo_l0_tool", "at_grpo_l1"])
+    assert [r["mean"] for r in rows[:4]] == pytest.approx([0.3, 0.2, 0.2, 0.3])  # three starts, single with tool
+    l1 = rows[4]
     assert math.isclose(l1["mean"], 0.65) and math.isclose(l1["gain"], 0.65 - 0.3) and l1["completions"] == 100
-    assert "tool: simulate; plan: none" in table and "single: none" in table
+    assert "tool: simulate; plan: none" in table and "single: none" in table and "single: simulate" in table
     checks = learning.target_checks(rows)
     assert math.isclose(checks["at_grpo_l1"]["gain_over_multi_start"], 0.35)
     assert checks["at_grpo_l1"]["gain_met"] is True
+    assert checks["at_grpo_l1"]["baseline"] == "grpo_l0_tool"  # the single agent with the team's tool
     assert math.isclose(checks["at_grpo_l1"]["margin_over_grpo_l0"], 0.65 - 0.3)
     assert checks["at_grpo_l1"]["margin_met"] is True
-    assert "grpo_l0" not in checks
+    assert "grpo_l0_tool" not in checks
     assert rows[0]["greedy_mean"] is None and "greedy mean" in table  # cells without greedy numbers
 
 
 def test_table_reports_greedy_means_next_to_the_sampled_ones():
-    warm = {0: {"start_multi": 0.2, "start_single": 0.3, "start_multi_greedy": 0.1, "start_single_greedy": 0.5}}
+    warm = {0: {"start_multi": 0.2, "start_single": 0.3, "start_single_tool": 0.1, "start_multi_greedy": 0.1,
+                "start_single_greedy": 0.5, "start_single_tool_greedy": 0.0}}
     cell = {**_cell(0.2, 0.4), "greedy_before": 0.1, "greedy_after": 0.25}
     rows, table = learning.build_table([0], warm, {("at_grpo_l1", 0): cell}, ["at_grpo_l1"])
     assert math.isclose(rows[0]["greedy_mean"], 0.1) and math.isclose(rows[1]["greedy_mean"], 0.5)
-    assert math.isclose(rows[2]["greedy_mean"], 0.25) and math.isclose(rows[2]["mean"], 0.4)
+    assert math.isclose(rows[3]["greedy_mean"], 0.25) and math.isclose(rows[3]["mean"], 0.4)
     assert "| 40% | +20 | 25% |" in table
 
 
