@@ -36,8 +36,14 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 
 @pytest.fixture(scope="session")
 def model_cache(tmp_path_factory) -> str:
-    """A temporary model cache shared by the whole test session (tests never touch the user cache)."""
-    path = tmp_path_factory.mktemp("model-cache")
+    """A temporary model cache shared by the whole test session, its xdist workers too (one builds or converts
+    a model while the others that want it wait: ``comlrl.models.builder.cached_build``); tests never touch
+    the user cache."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's folder, above every worker's own
+    path = root / "model-cache"
+    path.mkdir(exist_ok=True)
     os.environ["COMLRL_MODEL_CACHE"] = str(path)
     return str(path)
 

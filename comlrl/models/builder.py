@@ -147,16 +147,35 @@ def build_model_folder(spec: TinyModelSpec, seed: int, out_dir: str | os.PathLik
 def cached_build(key: str, cache_dir: str | os.PathLike | None, build) -> Path:
     """Return ``cache_dir/key``, building it with ``build(tmp_dir)`` first if absent.
 
-    The folder appears atomically (built in a temporary sibling, then renamed); when two processes race,
-    the first rename wins and the other discards its copy. A build (seconds for the built presets, about a
+    The folder appears atomically (built in a temporary sibling, then renamed), and a lock file beside it
+    (``.{key}.lock``) makes a second process that wants the same model wait for the first's build instead of
+    building it again (where the lock cannot be taken, e.g. a read-only folder, the build goes on without it:
+    the first rename wins and the other copy is discarded). A build (seconds for the built presets, about a
     minute for a conversion) says on stderr what it builds, where, and how long it took, since it happens
     once per machine, before any progress bar of the run.
     """
+    from filelock import FileLock, Timeout
+
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     final = root / key
     if (final / "config.json").exists():
         return final
     root.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(root / f".{key}.lock"))
+    try:
+        lock.acquire(timeout=1800)
+    except (OSError, Timeout):
+        return _build_into(root, key, final, build)
+    try:
+        if (final / "config.json").exists():  # built by the process that held the lock
+            return final
+        return _build_into(root, key, final, build)
+    finally:
+        lock.release()
+
+
+def _build_into(root: Path, key: str, final: Path, build) -> Path:
+    """Build ``key`` in a temporary sibling of ``final`` and rename it into place (the first rename wins)."""
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
     print(f"model {key}: building it into {root} (first use only) ...", file=sys.stderr, flush=True)
     started = time.perf_counter()

@@ -70,7 +70,28 @@ def test_failed_build_leaves_no_cache_entry(tmp_path):
 
     with pytest.raises(RuntimeError, match="disk full"):
         cached_build("broken", tmp_path, broken)
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir()] == [".broken.lock"]  # the lock file, no model folder
+
+
+def test_a_second_builder_waits_for_the_first_instead_of_building_again(tmp_path):
+    import threading
+    import time
+
+    builds = []
+
+    def slow(folder):
+        builds.append(threading.current_thread().name)
+        time.sleep(0.5)
+        (Path(folder) / "config.json").write_text("{}")
+
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(cached_build("m", tmp_path, slow)), name=f"t{i}")
+               for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(builds) == 1 and results == [tmp_path / "m"] * 2 and (tmp_path / "m" / "config.json").exists()
 
 
 def test_presets_grow_to_a_few_million_parameters(model_cache):
