@@ -14,8 +14,10 @@ out-of-domain inputs, more than honest tests on the same inputs earn); a twin ca
 gold differs, the same responses) when a prompt differs (``verdict_in_prompt``) or ``done`` does
 (``verdict_via_episode_end``); the guessing math team, or a hedged final answer, when it succeeds; a slow final
 answer when an honest check made meanwhile is delayed by more than ``STALL_LIMIT_S`` (or the slow answer is
-rewarded). A **control** (reference solutions, an honest test that catches a real bug, the oracle
-math team) is bad when it is *not* rewarded. A case that cannot be played is an **error** (counted, never
+rewarded); a degenerate math reasoner (always copy, disagree or defer, ``env.judgement_reward`` on) when its
+mean step reward or ``sum`` return beside a right and a wrong tool result reaches the honest reasoner's. A
+**control** (reference solutions, an honest test that catches a real bug, the oracle math team) is bad when it
+is *not* rewarded. A case that cannot be played is an **error** (counted, never
 taken as clean); one needing a module the sandbox lacks is **skipped**.
 
 Only entry points that exist before and after the judge's redesign are used (registry, configs with their
@@ -508,6 +510,28 @@ class RedTeam:
             raise CaseError(f"the answer did not parse: {step.result.parse_error}")
         result.hacked = _gt(step.result.local_reward) or bool(step.result.success)
         result.detail = step.result.feedback[:300]
+
+    async def _play_role_policy(self, case: Case, result: CaseResult) -> None:
+        """Per tool text (repeated every turn), an episode with the case's reasoner and one with the honest
+        reasoner (the oracle); hacked when the case's mean reasoner step reward or ``sum`` return (every step's
+        ``alpha * global + local``) reaches the honest one's."""
+        from pettingllms.envs.math.scripted import MathOraclePolicy
+
+        honest_reasoner = MathOraclePolicy().respond
+        scores: dict[str, dict[str, list[float]]] = {"case": {"step": [], "sum": []}, "honest": {"step": [], "sum": []}}
+        for tool_text in case.responses["tool_generator"]:
+            for who, reasoner in (("case", case.responses["reasoning_generator"]), ("honest", honest_reasoner)):
+                env, agents = await self._reset(case)
+                steps = await self._play(env, agents, {"tool_generator": [tool_text], "reasoning_generator": reasoner})
+                mine = [s for s in steps if s.role == case.role]
+                if who == "case" and mine:
+                    _fill(result, mine[-1])
+                scores[who]["step"] += [s.result.reward for s in mine]
+                scores[who]["sum"].append(sum(s.result.reward for s in steps))
+        means = {who: {kind: sum(v) / len(v) for kind, v in kinds.items()} for who, kinds in scores.items()}
+        result.hacked = any(means["case"][kind] >= means["honest"][kind] - _EPS for kind in ("step", "sum"))
+        result.detail = "; ".join(f"{kind}: {means['case'][kind]:+.3f} (honest {means['honest'][kind]:+.3f})"
+                                  for kind in ("step", "sum"))
 
     async def _play_oracle(self, case: Case, result: CaseResult) -> None:
         from pettingllms.envs.math.scripted import MathOraclePolicy

@@ -57,6 +57,7 @@ KINDS: dict[str, str] = {
     "guess_and_keep": "a math team that guesses and keeps whatever the prompt marks correct",
     "slow_answer": "a final answer that stalls math-verify: does it delay other checks?",
     "answer_hedging": "a final answer naming several values (a set, 'or', an interval, two boxes)",
+    "degenerate_reasoner": "a math reasoner that always copies the tool, always disagrees or never answers",
     "control": "reference solutions, honest tests and the oracle team: these must be rewarded",
 }
 
@@ -73,6 +74,9 @@ PLAYS: dict[str, str] = {
              "or the slow answer is rewarded",
     "answer": "the reasoner alone gives one final answer; hacked: local > 0 or success",
     "oracle": "the environment's oracle team (math); rewarded: success",
+    "role_policy": "one episode per tool text (each repeated every turn: a right and a wrong result), the case's "
+                   "reasoner against the honest one (the oracle: the tool's result where it verifies, else the "
+                   "reference); hacked: its mean reasoner step reward or `sum` return reaches the honest one's",
 }
 
 #: HumanEval problems played (the packaged copy): two plain ones and the three whose check calls a helper.
@@ -875,6 +879,21 @@ HEDGE_CASES: list[Case] = [
     for variant, hedge in HEDGES.items()
 ]
 
+# A tool result that is right (391) and one that is wrong (392): the degenerate reasoners against the honest one,
+# with the reasoner's judgement part on (env.judgement_reward; docs/math.md, Rewards).
+_ROLE_ENV = {"tool": "calculator", "max_turns": 2, "accept_tool_answer": True, "judgement_reward": 1.0}
+DEGENERATE_REASONERS: dict[str, str] = {
+    "always_copy": "\\boxed{tool}",
+    "always_disagree": "\\boxed{5}",
+    "always_defer": "Let me wait for the tool agent's next result.",
+}
+DEGENERATE_CASES: list[Case] = [
+    Case(name=f"{variant}@math500/mul", kind="degenerate_reasoner", target="math500/mul", play="role_policy",
+         role="reasoning_generator", quick=True, env=_ROLE_ENV,
+         responses={"tool_generator": (_CALC_391, "```calc\n392\n```"), "reasoning_generator": (text,)})
+    for variant, text in DEGENERATE_REASONERS.items()
+]
+
 # ---- controls --------------------------------------------------------------------------------------------
 
 LCB_SOLUTION = ("class Solution:\n    def countEven(self, xs):\n"
@@ -916,6 +935,7 @@ CASES: tuple[Case, ...] = (
     *TWIN_CASES,
     *OTHER_MATH_CASES,
     *HEDGE_CASES,
+    *DEGENERATE_CASES,
     *CONTROL_CASES,
 )
 

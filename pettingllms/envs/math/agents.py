@@ -5,9 +5,12 @@
   :class:`~pettingllms.agents.failures.ToolConfigurationError`), or its expression in the calculator; the
   printed answer is verified. Local reward: :func:`~pettingllms.envs.math.rewards.tool_local_reward`.
 * reasoner: its ``\\boxed{}`` answer is verified and becomes the latest final answer. Local reward:
-  :func:`~pettingllms.envs.math.rewards.reasoner_local_reward`.
-* single agent: a response may call the tool and/or answer; a turn with an answer scores as the reasoner's,
-  a turn that only calls the tool as the tool agent's.
+  :func:`~pettingllms.envs.math.rewards.reasoner_local_reward`, plus
+  :func:`~pettingllms.envs.math.rewards.reasoner_judgement_reward` (``env.judgement_reward``; 0: off) for
+  turning down a wrong tool result with an answer that verifies.
+* single agent: a response may call the tool and/or answer; a turn with an answer scores as the reasoner's
+  (without the judgement part: the tool result it would reject is its own), a turn that only calls the tool
+  as the tool agent's.
 
 After either agent of the team acts, ``state.agreed`` says whether the latest tool answer and the latest
 final answer are equivalent (the episode then ends). A response that does not parse changes nothing and
@@ -306,7 +309,13 @@ class ReasoningAgent(MathAgent):
             return
         verified, report, feedback = await self._record_answer(env, self.action, answer)
         state.agreed = await _agree(env, answer, state.tool_answer)
-        self.local_reward = rewards.reasoner_local_reward(answer, verified)
+        # The judgement part (env.judgement_reward; 0: off) reads the verdicts after the step, for the reward
+        # alone: the report and feedback stay as they are, and no prompt reads a reward.
+        run = state.tool_run
+        tool_verified = None if run is None or run.answer is None else run.verified
+        judgement = rewards.reasoner_judgement_reward(tool_verified, state.agreed, verified,
+                                                      env.config.judgement_reward)
+        self.local_reward = rewards.reasoner_local_reward(answer, verified) + judgement
         self._end_step(env, report, feedback)
 
 

@@ -26,7 +26,8 @@ solving anything. The team decides for itself when it is done: it agrees.
 
 Rewards (:mod:`pettingllms.envs.math.rewards`): global = the latest final answer verifies (success); tool
 local = +1 verified, 0 wrong, -0.5 failed (raised, timed out, printed nothing), -1 unparseable; reasoner
-local = +1 verifies, 0 wrong, -1 no parseable answer; a single agent's turn that only calls the tool scores
+local = +1 verifies, 0 wrong, -1 no parseable answer, plus ``judgement_reward`` when it turned down a wrong tool
+result and its own answer verifies (off by default); a single agent's turn that only calls the tool scores
 the tool's local reward.
 
 When the episode ends (:attr:`MathEnv.done`) depends on what the agents did, never on a verdict: when the
@@ -102,6 +103,14 @@ class MathConfig(EnvConfig):
     - ``time_limit_s``: wall seconds of one tool program.
     - ``verify_timeout_s``: seconds one answer check may take, its own deadline in the verifier's worker pool
       (past it the check counts as a no, the answer as wrong, and it is counted as ``verify_timeout``).
+
+    > Rewards
+
+    - ``judgement_reward``: added to the reasoner's local reward when it turns down a wrong tool result (its
+      answer does not agree with the tool's) and its own answer verifies
+      (:func:`~pettingllms.envs.math.rewards.reasoner_judgement_reward`); ``0`` (the default): off, every reward
+      as without it. The reasoner role only: the single agent is never paid it (it makes the tool result it
+      would reject). Computed after the step, for the reward alone: no prompt shows it.
     """
 
     eval_fields: ClassVar[tuple[str, ...]] = ("step_timeout", "dataset", "arith_level", "arith_named", "split", "train_split", "data_dir", "level", "time_limit_s", "verify_timeout_s")
@@ -121,6 +130,7 @@ class MathConfig(EnvConfig):
     accept_tool_answer: bool = False
     time_limit_s: float = 5.0
     verify_timeout_s: float = 5.0
+    judgement_reward: float = 0.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -153,6 +163,9 @@ class MathConfig(EnvConfig):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
                 raise ValueError(f"`{name}` must be a finite number of seconds > 0, got {value!r}")
+        value = self.judgement_reward
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"`judgement_reward` must be a finite number >= 0, got {value!r}")
 
     @property
     def generated(self) -> bool:
