@@ -222,6 +222,10 @@ def preference_methods(level: str = "L1") -> tuple[Method, Method, Method]:
 # each answer once per turn, the single agent once per turn (a tool turn or an action turn), so twice the turns.
 SINGLE_WITH_TOOL: tuple[str, ...] = ("env.max_turns=6",)
 NO_SINGLE_TOOL: tuple[str, ...] = ("env.agent_options.single.tools=null",)
+# AT-GRPO with credit across turns (issue #36): every tree candidate continued 2 agent steps by the current
+# policies, its return the global reward its branch reaches (rollout.credit_depth, docs/pettingllms.md); the
+# continuations count against the completion budget.
+CREDIT: tuple[str, ...] = ("rollout.credit_depth=2", "rollout.credit_discount=1.0")
 
 METHODS: dict[str, Method] = {
     m.name: m
@@ -230,6 +234,8 @@ METHODS: dict[str, Method] = {
         Method("grpo_l0_tool", "single-agent GRPO with simulate (L0)", "L0", "grpo", SINGLE_WITH_TOOL),
         Method("at_grpo_l1", "AT-GRPO, shared policy (L1)", "L1", "at_grpo"),
         Method("at_grpo_l3", "AT-GRPO, model per role (L3)", "L3", "at_grpo"),
+        Method("at_grpo_l1_credit", "AT-GRPO L1, credit across turns (d = 2)", "L1", "at_grpo", CREDIT),
+        Method("at_grpo_l3_credit", "AT-GRPO L3, credit across turns (d = 2)", "L3", "at_grpo", CREDIT),
         Method("at_grpo_l2", "AT-GRPO, LoRA per role (L2)", "L2", "at_grpo"),
         *preference_methods("L1"),
     )
@@ -318,6 +324,8 @@ MATH_ARITH = BenchTask(
                ("env.single_tool=calculator",)),
         Method("at_grpo_l1", "AT-GRPO, shared policy (L1)", "L1", "at_grpo"),
         Method("at_grpo_l3", "AT-GRPO, model per role (L3)", "L3", "at_grpo"),
+        Method("at_grpo_l1_credit", "AT-GRPO L1, credit across turns (d = 2)", "L1", "at_grpo", CREDIT),
+        Method("at_grpo_l3_credit", "AT-GRPO L3, credit across turns (d = 2)", "L3", "at_grpo", CREDIT),
         *preference_methods("L1"),
     )},
     default_methods=("grpo_l0", "grpo_l0_tool", "at_grpo_l1", "at_grpo_l3"),
@@ -957,7 +965,8 @@ def write_plot(cells: Mapping[tuple[str, int], Mapping[str, Any]], path: Path) -
     except ImportError:
         return None
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    colors = {"grpo_l0": "tab:gray", "at_grpo_l1": "tab:blue", "at_grpo_l3": "tab:orange", "at_grpo_l2": "tab:green",
+    colors = {"grpo_l0": "tab:gray", "grpo_l0_tool": "black", "at_grpo_l1": "tab:blue", "at_grpo_l1_credit": "tab:cyan",
+              "at_grpo_l3_credit": "gold", "at_grpo_l3": "tab:orange", "at_grpo_l2": "tab:green",
               "madpo_trees_l1": "tab:purple", "hybrid_l1": "tab:red", "hybrid_rl_last_l1": "tab:brown"}
     for (name, seed), cell in sorted(cells.items()):
         xs, ys, total = [], [], 0
