@@ -74,7 +74,7 @@ class OraclePolicy:
 
     A single agent with the team's tools (``uses_tools``) plays both parts in turn, as the team does: a tool
     turn (as a tool agent's response) until its own proposal solves the state, then the action (``#### proposal``
-    with ``accept_proposals``, else the answer spelled out).
+    with ``accept_proposals``, else the answer spelled out); on its last turn it acts at once.
     """
 
     def __init__(self, tool_candidates: int = 1, seed: int = 0, accept_proposals: bool = False) -> None:
@@ -90,6 +90,8 @@ class OraclePolicy:
                 and _proposal_solves(env):
             return f"#### {ACCEPT_PROPOSAL}" if self.accept_proposals else _format(agent, env.oracle_answer(env.state))
         answer = env.oracle_answer(env.state)
+        if alone_with_tools and env.state.turn >= env.config.max_turns - 1:
+            return _format(agent, answer)  # its last turn: no turn would be left to play a proposal
         max_calls = getattr(agent, "max_tool_calls", None)
         write = agent.format_tool_response if alone_with_tools else (lambda a: _format(agent, a))
         if self.tool_candidates == 1 or max_calls is None:

@@ -150,3 +150,13 @@ def test_agent_options_may_set_a_declared_role_the_run_does_not_play_but_no_othe
     with pytest.raises(ConfigError, match=r"`env.agent_options` names role\(s\) \['critic'\] that plan_path does "
                                           r"not have; its roles: \['tool', 'plan', 'single'\]"):
         validate_config(load_config("plan_path/L1", ["env.agent_options.critic.tools=[simulate]"]))
+
+
+def test_on_its_last_turn_the_oracle_s_single_agent_acts_at_once():
+    """After random detour turns (sft.late_turn_fraction) one turn may be left: a tool turn would leave none to
+    act on its proposal."""
+    options = {"single": {"tools": ["simulate"]}}
+    for name in ("plan_path", "sokoban"):
+        results = _episodes(name, ("single",), OraclePolicy(accept_proposals=True), range(10), max_turns=1,
+                            options=options)
+        assert all(r.success and len(r.steps) == 1 for r in results)
