@@ -14,6 +14,9 @@ and loads those weights (as a resumed pipeline does), runs the benchmark's sampl
   of an earlier turn of the same episode from the same cell (wasted: the report is already known).
 - ``success_by_distance``: success by the instance's shortest-path length from the start.
 
+A single agent with the team's tools (``env.agent_options.single.tools``) is broken down the same way: its
+tool turns (a response of calls) count as the tool agent's responses, its action turns as the plan agent's.
+
     .venv/bin/python -m benchmarks.learning_failures warmstart-seed0 at_grpo_l1-seed0 at_grpo_l3-seed0
 
 ``--config math/arith`` breaks the math task's episodes down instead (:func:`math_episode_breakdown`): tool
@@ -45,6 +48,16 @@ def _calls(sample: Any) -> list[str]:
     return [" ".join(call.argument.upper().split()) for call in sample.action if call.name == "simulate"]
 
 
+def _is_tool_response(sample: Any, tool_role: str) -> bool:
+    """The tool agent's response, or a single agent's tool turn (its action is the calls it made)."""
+    from pettingllms.envs.game_parsers import ToolCall
+
+    if sample.role == tool_role:
+        return True
+    action = sample.action
+    return isinstance(action, tuple) and bool(action) and all(isinstance(call, ToolCall) for call in action)
+
+
 def _hits(sample: Any) -> int:
     """Calls of a tool sample whose report says the goal was reached (one report line per call)."""
     return sum(GOAL_REACHED in line for line in (sample.feedback or "").splitlines())
@@ -53,13 +66,16 @@ def _hits(sample: Any) -> int:
 def episode_breakdown(
     samples: Iterable[Any], starts: Mapping[int, tuple[int, int]], roles: tuple[str, str] = ("tool", "plan")
 ) -> dict[str, Any]:
-    """Split evaluation episodes of the tool -> plan workflow by what happened (see the module docstring).
+    """Split evaluation episodes of the tool -> plan workflow, or of a single agent with the tool, by what
+    happened (see the module docstring).
 
     ``samples``: the evaluation's samples (``problem_id``, ``env_index``, ``turn``, ``role``, ``action``,
     ``response``, ``feedback``, ``success``); an episode is one ``(problem_id, env_index)``. ``starts``:
-    each problem's start cell; later cells come from the plan agent's reports (``ends at row r, col c``).
+    each problem's start cell; later cells come from the action turns' reports (``ends at row r, col c``).
+    A sample of ``tool_role`` or whose action is tool calls is a tool response; every other sample is an
+    action turn (``plan_role``'s, or a single agent's ``#### <answer>``).
     """
-    tool_role, plan_role = roles
+    tool_role, _ = roles
     episodes: dict[tuple[int, int], list[Any]] = defaultdict(list)
     for sample in samples:
         episodes[(sample.problem_id, sample.env_index)].append(sample)
@@ -74,7 +90,7 @@ def episode_breakdown(
         found = dropped = turn_hit = False
         cell: Any = tuple(starts[steps[0].problem_id])
         for sample in steps:
-            if sample.role == tool_role:
+            if _is_tool_response(sample, tool_role):
                 made = _calls(sample)
                 responses += 1
                 calls += len(made)
@@ -85,7 +101,7 @@ def episode_breakdown(
                 seen.update((cell, c) for c in made)
                 turn_hit = turn_hits > 0
                 found = found or turn_hit
-            elif sample.role == plan_role:
+            else:
                 accepted = bool(_ACCEPT.search(sample.response.strip()))
                 moved = _ENDS_AT.search(sample.feedback or "")
                 if moved:
@@ -235,8 +251,9 @@ def _load(name: str, results: Path, task: Sequence[str], bench: Any = learning.P
         raise SystemExit(f"{name}: no saved policy at {folder} (rerun it with this code)")
     config["eval"]["greedy"] = False
     policy = build_run_policy(config)
-    if bench is learning.PLAN_PATH and list(policy.agents) != ["tool", "plan"]:
-        raise SystemExit(f"{name}: the breakdown covers the tool -> plan workflow, not {policy.agents}")
+    if bench is learning.PLAN_PATH and list(policy.agents) not in (["tool", "plan"], ["single"]):
+        raise SystemExit(f"{name}: the breakdown covers the tool -> plan workflow and the single agent, "
+                         f"not {policy.agents}")
     policy.load_weights_(folder)
     return policy, config
 
@@ -279,16 +296,21 @@ def _int_keys(mapping: Mapping[Any, Any]) -> dict[int, Any]:
 
 
 def build_table(found: Mapping[str, Mapping[str, Any]]) -> str:
-    """Two markdown tables: the episode breakdown per policy, and success by shortest-path length."""
+    """Two markdown tables: the episode breakdown per policy, and success by shortest-path length. The
+    "solved at turn" column lists turns 1-3, or up to the last turn any policy solved at (a single agent with
+    the tool plays two turns for the team's one)."""
+    solved_turns = [int(t) for b in found.values() for t in b["solved_at_turn"]]
+    n_turns = max(3, *(t + 1 for t in solved_turns)) if solved_turns else 3
     lines = [
-        "| policy | success | solved at turn 1 / 2 / 3 (%) | tool found the goal | plan dropped a solving proposal "
+        f"| policy | success | solved at turn {' / '.join(str(t + 1) for t in range(n_turns))} (%) "
+        "| tool found the goal | plan dropped a solving proposal "
         "| plan solved alone | calls / tool answer | distinct | calls reaching the goal "
         "| calls repeating an earlier turn's from the same cell |",
         "|" + "---|" * 10,
     ]
     for name, b in found.items():
         solved = _int_keys(b["solved_at_turn"])
-        turns = " / ".join(f"{100 * solved.get(t, 0):.0f}" for t in range(3))
+        turns = " / ".join(f"{100 * solved.get(t, 0):.0f}" for t in range(n_turns))
         lines.append(
             f"| {name} | {100 * b['success']:.1f}% | {turns} | {100 * b['tool_found']:.1f}% | "
             f"{100 * b['plan_dropped']:.1f}% | {100 * b['plan_alone']:.1f}% | {b['calls_per_response']:.2f} | "

@@ -54,6 +54,40 @@ def test_episode_breakdown_counts_each_outcome():
     assert b["repeat_rate_per_distinct_call"] == pytest.approx(2 / 10)
 
 
+def test_a_single_agent_with_the_tool_is_broken_down_by_its_turns():
+    """Tool turns (calls) count as tool responses, action turns (an answer, here a tuple of moves) as the plan's;
+    the single agent plays two turns for the team's one, so it solves at turns 2, 4, 6."""
+    def single_tool(pid, env, turn, calls, reached):
+        return SimpleNamespace(**{**vars(tool(pid, env, turn, calls, reached)), "role": "single"})
+
+    def single_act(pid, env, turn, response, success, ends=None):
+        sample = SimpleNamespace(**{**vars(plan(pid, env, turn, response, success, ends)), "role": "single"})
+        sample.action = ("R", "D")  # a parsed answer, not calls
+        return sample
+
+    samples = [
+        # A: the tool turn finds the goal and the action turn plays it (solved at the second turn).
+        single_tool(1, 0, 0, ["R D"], [True]), single_act(1, 0, 1, "#### proposal", True),
+        # B: found, dropped for its own moves (it moved to (1, 1)), two tool turns without a hit, a miss, then
+        # solved alone at the sixth turn (index 5).
+        single_tool(1, 1, 0, ["R D"], [True]), single_act(1, 1, 1, "#### R", False, ends=(1, 1)),
+        single_tool(1, 1, 2, ["U", "L"], [False, False]), single_tool(1, 1, 3, ["U"], [False]),
+        single_act(1, 1, 4, "#### D", False, ends=(1, 1)), single_act(1, 1, 5, "#### D", True),
+    ]
+    b = failures.episode_breakdown(samples, {1: (0, 0)})
+    assert b["episodes"] == 2 and b["success"] == 1.0
+    assert b["solved_at_turn"] == {1: 0.5, 5: 0.5}
+    assert b["tool_found"] == 1.0 and b["plan_dropped"] == 0.5 and b["plan_alone"] == 0.5
+    assert b["tool_responses"] == 4 and b["calls_per_response"] == pytest.approx(5 / 4)
+    assert b["hit_rate_per_call"] == pytest.approx(2 / 5)
+    # "U" at turn 3 repeats turn 2's "U" from the same cell (1, 1): 1 of 5 distinct calls (1 + 1 + 2 + 1).
+    assert b["repeat_rate_per_distinct_call"] == pytest.approx(1 / 5)
+    b["success_by_distance"] = failures.success_by_distance({1: [True, True]}, {1: 2})
+    header = failures.build_table({"single": b}).splitlines()[0]
+    assert "solved at turn 1 / 2 / 3 / 4 / 5 / 6 (%)" in header
+    assert "| single | 100.0% | 0 / 50 / 0 / 0 / 0 / 50 |" in failures.build_table({"single": b})
+
+
 def test_episode_breakdown_rejects_no_samples():
     with pytest.raises(ValueError, match="`samples` is empty"):
         failures.episode_breakdown([], {})
