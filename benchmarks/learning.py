@@ -556,6 +556,16 @@ def mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def standard_error(values: Sequence[float]) -> float | None:
+    """Standard error of the mean of ``values``: their sample standard deviation (n - 1) over sqrt(n); None
+    under two values."""
+    n = len(values)
+    if n < 2:
+        return None
+    centre = sum(values) / n
+    return math.sqrt(sum((v - centre) ** 2 for v in values) / (n - 1) / n)
+
+
 def _display(path: Path) -> str:
     """``path`` relative to the repository root where it lies inside it."""
     path = Path(path).resolve()
@@ -568,6 +578,11 @@ def _pct(value: float | None) -> str:
 
 def _points(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:+.0f}"
+
+
+def _pct_se(value: float | None, se: float | None) -> str:
+    """``45%``, or ``45% ± 3.2`` (points) where the standard error is known."""
+    return _pct(value) + ("" if se is None else f" ± {100 * se:.1f}")
 
 
 def tools_text(tools: Mapping[str, Sequence[str]]) -> str:
@@ -587,7 +602,7 @@ def build_table(
         greedy = [warm[s][key + "_greedy"] for s in seeds if s in warm and key + "_greedy" in warm[s]]
         return {
             "row": label, "start": key, "tools": tools_text(role_tools(level, bench.name, overrides)), "per_seed": values,
-            "mean": mean(list(values.values())),
+            "mean": mean(list(values.values())), "se": standard_error(list(values.values())),
             "greedy_mean": mean(greedy),
             "start_mean": None, "gain": None, "completions": 0, "minutes": None,
         }
@@ -604,19 +619,19 @@ def build_table(
             "row": method.label, "method": name,
             "tools": tools_text(role_tools(method.policy_level, bench.name, method.overrides)),
             "per_seed": values,
-            "mean": after, "start_mean": start,
+            "mean": after, "se": standard_error(list(values.values())), "start_mean": start,
             "greedy_mean": mean([c["greedy_after"] for c in done.values() if "greedy_after" in c]),
             "gain": None if after is None else after - start,
             "completions": mean([c["completions"] for c in done.values()]),
             "minutes": mean([c["seconds_total"] / 60 for c in done.values()]),
         })
-    header = ["Row", "Agents: tools", *[f"seed {s}" for s in seeds], "mean", "Δ vs start (points)", "greedy mean",
+    header = ["Row", "Agents: tools", *[f"seed {s}" for s in seeds], "mean (± s.e.)", "Δ vs start (points)", "greedy mean",
               "RL completions / cell", "min / cell"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         completions = row["completions"]
         lines.append("| " + " | ".join([
-            row["row"], row["tools"], *[_pct(row["per_seed"].get(s)) for s in seeds], _pct(row["mean"]),
+            row["row"], row["tools"], *[_pct(row["per_seed"].get(s)) for s in seeds], _pct_se(row["mean"], row["se"]),
             _points(row["gain"]), _pct(row["greedy_mean"]), "—" if not completions else f"{completions:.0f}",
             "—" if row["minutes"] is None else f"{row['minutes']:.1f}",
         ]) + " |")
@@ -639,18 +654,24 @@ def paired_deltas(
 def target_checks(rows: Sequence[Mapping[str, Any]], bench: BenchTask = PLAN_PATH) -> dict[str, Any]:
     """The targets per AT-GRPO row (preference rows aside): gain over the multi-agent start >= 30 points, and
     success minus the task's baseline single-agent GRPO's (``bench.baseline``) >= 10 points (None where a
-    number is missing)."""
+    number is missing), on the means; next to them the paired per-seed differences (same warm start, same
+    held-out instances) and their standard errors."""
     by_method = {r.get("method"): r for r in rows if r.get("method")}
     multi_start = rows[0]["mean"]
     grpo = by_method.get(bench.baseline, {}).get("mean")
+    starts, grpo_seeds = rows[0]["per_seed"], by_method.get(bench.baseline, {}).get("per_seed", {})
     out: dict[str, Any] = {}
     for name, row in by_method.items():
         if bench.methods[name].stage != "at_grpo" or bench.methods[name].chunks or row["mean"] is None:
             continue
         gain = None if multi_start is None else row["mean"] - multi_start
         margin = None if grpo is None else row["mean"] - grpo
+        gains = {s: v - starts[s] for s, v in row["per_seed"].items() if s in starts}
+        margins = {s: v - grpo_seeds[s] for s, v in row["per_seed"].items() if s in grpo_seeds}
         out[name] = {
             "gain_over_multi_start": gain, "gain_target": TARGET_GAIN,
+            "gain_per_seed": gains, "gain_se": standard_error(list(gains.values())),
+            "margin_per_seed": margins, "margin_se": standard_error(list(margins.values())),
             "gain_met": None if gain is None else gain >= TARGET_GAIN - 1e-9,
             "baseline": bench.baseline, "margin_over_grpo_l0": margin, "margin_target": TARGET_MARGIN,
             "margin_met": None if margin is None else margin >= TARGET_MARGIN - 1e-9,
@@ -1161,9 +1182,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         per_seed = ", ".join(f"seed {s} {_points(d)}" for s, d in delta["per_seed"].items())
         print(f"{name} vs {delta['reference']}: {_points(delta['mean'])} points ({per_seed or 'no common seed'})")
     for name, check in summary["targets"].items():
+        gain_se, margin_se = (check.get(k) for k in ("gain_se", "margin_se"))  # absent in older summaries
         print(f"{name}: gain over multi-agent start {_points(check['gain_over_multi_start'])} points "
-              f"(target +{100 * TARGET_GAIN:.0f}), margin over {check['baseline']} "
-              f"{_points(check['margin_over_grpo_l0'])} points (target +{100 * TARGET_MARGIN:.0f})")
+              f"{'' if gain_se is None else f'(paired s.e. {100 * gain_se:.1f}) '}(target +{100 * TARGET_GAIN:.0f}), "
+              f"margin over {check['baseline']} {_points(check['margin_over_grpo_l0'])} points "
+              f"{'' if margin_se is None else f'(paired s.e. {100 * margin_se:.1f}) '}(target +{100 * TARGET_MARGIN:.0f})")
     if summary["smollm2"]:
         s = summary["smollm2"]
         print(f"smollm2-135m-instruct, AT-GRPO L1, no warm start, {s['steps']} steps: success "

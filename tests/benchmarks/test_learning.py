@@ -58,6 +58,21 @@ def test_table_means_and_targets_match_hand_computation():
     assert checks["at_grpo_l1"]["margin_met"] is True
     assert "grpo_l0_tool" not in checks
     assert rows[0]["greedy_mean"] is None and "greedy mean" in table  # cells without greedy numbers
+    # Standard errors over the seeds (sample sd / sqrt(n)): L1 0.7, 0.6 -> sd 0.0707, s.e. 0.05; the paired
+    # margins over single-agent GRPO 0.3, 0.4 and gains over the start 0.5, 0.2 (s.e. 0.15).
+    assert math.isclose(l1["se"], 0.05) and "| 70% | 60% | 65% ± 5.0 | +35 |" in table
+    assert checks["at_grpo_l1"]["margin_per_seed"] == {0: pytest.approx(0.3), 1: pytest.approx(0.4)}
+    assert math.isclose(checks["at_grpo_l1"]["margin_se"], 0.05)
+    assert math.isclose(checks["at_grpo_l1"]["gain_se"], 0.15)
+
+
+@given(st.lists(st.floats(0, 1), min_size=2, max_size=8))
+def test_standard_error_is_the_sample_sd_over_root_n(values):
+    import statistics
+
+    expected = statistics.stdev(values) / math.sqrt(len(values))
+    assert learning.standard_error(values) == pytest.approx(expected, abs=1e-12)
+    assert learning.standard_error(values[:1]) is None and learning.standard_error([]) is None
 
 
 def test_table_reports_greedy_means_next_to_the_sampled_ones():
