@@ -573,7 +573,11 @@ def _display(path: Path) -> str:
 
 
 def _pct(value: float | None) -> str:
-    return "—" if value is None else f"{100 * value:.0f}%"
+    """``40%``, ``30.5%``: one decimal where it is not 0 (200 trajectories per cell resolve half a point)."""
+    if value is None:
+        return "—"
+    text = f"{100 * value:.1f}"
+    return (text[:-2] if text.endswith(".0") else text) + "%"
 
 
 def _points(value: float | None) -> str:

@@ -331,3 +331,8 @@ def test_a_finished_cell_is_checked_again_after_its_warm_start_ran_again(tmp_pat
     ran.clear()
     learning.run_jobs(jobs, 1, 1, tmp_path / "logs")
     assert ran == []  # both finished now
+
+
+def test_percentages_keep_the_half_points_of_200_trajectories():
+    assert [learning._pct(v) for v in (0.305, 0.4, 0.0, 0.995, None)] == ["30.5%", "40%", "0%", "99.5%", "—"]
+    assert learning._pct_se(0.38, 0.0133) == "38% ± 1.3" and learning._pct_se(0.38, None) == "38%"
