@@ -658,8 +658,10 @@ def paired_deltas(
 def target_checks(rows: Sequence[Mapping[str, Any]], bench: BenchTask = PLAN_PATH) -> dict[str, Any]:
     """The targets per AT-GRPO row (preference rows aside): gain over the multi-agent start >= 30 points, and
     success minus the task's baseline single-agent GRPO's (``bench.baseline``) >= 10 points (None where a
-    number is missing), on the means; next to them the paired per-seed differences (same warm start, same
-    held-out instances) and their standard errors."""
+    number is missing). Both are means of paired per-seed differences (same warm start, same held-out
+    instances) over the seeds both rows have, so a row run on fewer seeds is compared on those; with the same
+    seeds that is the difference of the means. Next to them: the per-seed differences and their standard
+    errors."""
     by_method = {r.get("method"): r for r in rows if r.get("method")}
     multi_start = rows[0]["mean"]
     grpo = by_method.get(bench.baseline, {}).get("mean")
@@ -668,10 +670,10 @@ def target_checks(rows: Sequence[Mapping[str, Any]], bench: BenchTask = PLAN_PAT
     for name, row in by_method.items():
         if bench.methods[name].stage != "at_grpo" or bench.methods[name].chunks or row["mean"] is None:
             continue
-        gain = None if multi_start is None else row["mean"] - multi_start
-        margin = None if grpo is None else row["mean"] - grpo
         gains = {s: v - starts[s] for s, v in row["per_seed"].items() if s in starts}
         margins = {s: v - grpo_seeds[s] for s, v in row["per_seed"].items() if s in grpo_seeds}
+        gain = mean(list(gains.values())) if gains else None if multi_start is None else row["mean"] - multi_start
+        margin = mean(list(margins.values())) if margins else None if grpo is None else row["mean"] - grpo
         out[name] = {
             "gain_over_multi_start": gain, "gain_target": TARGET_GAIN,
             "gain_per_seed": gains, "gain_se": standard_error(list(gains.values())),

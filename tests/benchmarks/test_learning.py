@@ -64,6 +64,13 @@ def test_table_means_and_targets_match_hand_computation():
     assert checks["at_grpo_l1"]["margin_per_seed"] == {0: pytest.approx(0.3), 1: pytest.approx(0.4)}
     assert math.isclose(checks["at_grpo_l1"]["margin_se"], 0.05)
     assert math.isclose(checks["at_grpo_l1"]["gain_se"], 0.15)
+    # A row run on seed 0 alone is compared on seed 0: gain 0.7 - 0.2, margin 0.7 - 0.4 (not against the means
+    # of both seeds' starts, 0.3, and of GRPO, 0.3).
+    del cells[("at_grpo_l1", 1)]
+    rows, _ = learning.build_table([0, 1], warm, cells, ["grpo_l0_tool", "at_grpo_l1"])
+    one_seed = learning.target_checks(rows)["at_grpo_l1"]
+    assert math.isclose(one_seed["gain_over_multi_start"], 0.5) and math.isclose(one_seed["margin_over_grpo_l0"], 0.3)
+    assert one_seed["gain_se"] is None and one_seed["margin_per_seed"] == {0: pytest.approx(0.3)}
 
 
 @given(st.lists(st.floats(0, 1), min_size=2, max_size=8))
