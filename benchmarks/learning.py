@@ -70,6 +70,7 @@ import importlib
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -559,11 +560,7 @@ def mean(values: Sequence[float]) -> float | None:
 def standard_error(values: Sequence[float]) -> float | None:
     """Standard error of the mean of ``values``: their sample standard deviation (n - 1) over sqrt(n); None
     under two values."""
-    n = len(values)
-    if n < 2:
-        return None
-    centre = sum(values) / n
-    return math.sqrt(sum((v - centre) ** 2 for v in values) / (n - 1) / n)
+    return statistics.stdev(values) / math.sqrt(len(values)) if len(values) >= 2 else None
 
 
 def _display(path: Path) -> str:
@@ -658,13 +655,11 @@ def paired_deltas(
 def target_checks(rows: Sequence[Mapping[str, Any]], bench: BenchTask = PLAN_PATH) -> dict[str, Any]:
     """The targets per AT-GRPO row (preference rows aside): gain over the multi-agent start >= 30 points, and
     success minus the task's baseline single-agent GRPO's (``bench.baseline``) >= 10 points (None where a
-    number is missing). Both are means of paired per-seed differences (same warm start, same held-out
-    instances) over the seeds both rows have, so a row run on fewer seeds is compared on those; with the same
-    seeds that is the difference of the means. Next to them: the per-seed differences and their standard
-    errors."""
+    number is missing or no seed is shared). Both are means of paired per-seed differences (same warm start,
+    same held-out instances) over the seeds both rows have, so a row run on fewer seeds is compared on those;
+    with the same seeds that is the difference of the means. Next to them: the per-seed differences and their
+    standard errors."""
     by_method = {r.get("method"): r for r in rows if r.get("method")}
-    multi_start = rows[0]["mean"]
-    grpo = by_method.get(bench.baseline, {}).get("mean")
     starts, grpo_seeds = rows[0]["per_seed"], by_method.get(bench.baseline, {}).get("per_seed", {})
     out: dict[str, Any] = {}
     for name, row in by_method.items():
@@ -672,8 +667,7 @@ def target_checks(rows: Sequence[Mapping[str, Any]], bench: BenchTask = PLAN_PAT
             continue
         gains = {s: v - starts[s] for s, v in row["per_seed"].items() if s in starts}
         margins = {s: v - grpo_seeds[s] for s, v in row["per_seed"].items() if s in grpo_seeds}
-        gain = mean(list(gains.values())) if gains else None if multi_start is None else row["mean"] - multi_start
-        margin = mean(list(margins.values())) if margins else None if grpo is None else row["mean"] - grpo
+        gain, margin = mean(list(gains.values())), mean(list(margins.values()))
         out[name] = {
             "gain_over_multi_start": gain, "gain_target": TARGET_GAIN,
             "gain_per_seed": gains, "gain_se": standard_error(list(gains.values())),

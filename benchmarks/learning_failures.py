@@ -64,7 +64,7 @@ def _hits(sample: Any) -> int:
 
 
 def episode_breakdown(
-    samples: Iterable[Any], starts: Mapping[int, tuple[int, int]], roles: tuple[str, str] = ("tool", "plan")
+    samples: Iterable[Any], starts: Mapping[int, tuple[int, int]], tool_role: str = "tool"
 ) -> dict[str, Any]:
     """Split evaluation episodes of the tool -> plan workflow, or of a single agent with the tool, by what
     happened (see the module docstring).
@@ -73,9 +73,8 @@ def episode_breakdown(
     ``response``, ``feedback``, ``success``); an episode is one ``(problem_id, env_index)``. ``starts``:
     each problem's start cell; later cells come from the action turns' reports (``ends at row r, col c``).
     A sample of ``tool_role`` or whose action is tool calls is a tool response; every other sample is an
-    action turn (``plan_role``'s, or a single agent's ``#### <answer>``).
+    action turn (the plan agent's, or a single agent's ``#### <answer>``).
     """
-    tool_role, _ = roles
     episodes: dict[tuple[int, int], list[Any]] = defaultdict(list)
     for sample in samples:
         episodes[(sample.problem_id, sample.env_index)].append(sample)

@@ -71,15 +71,16 @@ def test_table_means_and_targets_match_hand_computation():
     one_seed = learning.target_checks(rows)["at_grpo_l1"]
     assert math.isclose(one_seed["gain_over_multi_start"], 0.5) and math.isclose(one_seed["margin_over_grpo_l0"], 0.3)
     assert one_seed["gain_se"] is None and one_seed["margin_per_seed"] == {0: pytest.approx(0.3)}
+    # No seed shared with the baseline: no margin, rather than one between different seeds.
+    del cells[("grpo_l0_tool", 0)]
+    rows, _ = learning.build_table([0, 1], warm, cells, ["grpo_l0_tool", "at_grpo_l1"])
+    assert learning.target_checks(rows)["at_grpo_l1"]["margin_over_grpo_l0"] is None
 
 
-@given(st.lists(st.floats(0, 1), min_size=2, max_size=8))
-def test_standard_error_is_the_sample_sd_over_root_n(values):
-    import statistics
-
-    expected = statistics.stdev(values) / math.sqrt(len(values))
-    assert learning.standard_error(values) == pytest.approx(expected, abs=1e-12)
-    assert learning.standard_error(values[:1]) is None and learning.standard_error([]) is None
+def test_standard_error_by_hand():
+    # 0.2, 0.4, 0.9: mean 0.5, squared deviations 0.09 + 0.01 + 0.16 = 0.26, sd sqrt(0.26 / 2), s.e. sd / sqrt(3)
+    assert learning.standard_error([0.2, 0.4, 0.9]) == pytest.approx(math.sqrt(0.13 / 3))
+    assert learning.standard_error([0.5]) is None and learning.standard_error([]) is None
 
 
 def test_table_reports_greedy_means_next_to_the_sampled_ones():

@@ -56,7 +56,7 @@ def test_episode_breakdown_counts_each_outcome():
 
 def test_a_single_agent_with_the_tool_is_broken_down_by_its_turns():
     """Tool turns (calls) count as tool responses, action turns (an answer, here a tuple of moves) as the plan's;
-    the single agent plays two turns for the team's one, so it solves at turns 2, 4, 6."""
+    the single agent plays two turns for the team's one, so the table lists its six turns."""
     def single_tool(pid, env, turn, calls, reached):
         return SimpleNamespace(**{**vars(tool(pid, env, turn, calls, reached)), "role": "single"})
 
