@@ -735,36 +735,76 @@ def stage_histories(run_dir: Path, folders: Sequence[str]) -> tuple[list[dict[st
     return history, points
 
 
+def start_row_spec(start: StartRow) -> dict[str, Any]:
+    """What a "before RL" row's number depends on beyond the warm start itself (whose key covers the model, the
+    task's settings and the seed): the row's workflow level and its overrides."""
+    return {"level": start.level, "overrides": list(start.overrides)}
+
+
+def stale_start_rows(record: Mapping[str, Any], bench: BenchTask = PLAN_PATH) -> list[StartRow]:
+    """The evaluated "before RL" rows (all but the warm start's own) whose number in the warm-start ``record``
+    was measured with another level or other overrides than the row has now, or by a version that did not
+    record them: their numbers must be measured again, not reused."""
+    specs = record.get("start_rows", {})
+    return [start for start in bench.starts[1:] if specs.get(start.key) != start_row_spec(start)]
+
+
+def _start_row_eval(start: StartRow, seed: int, task: Sequence[str], results: Path, model_dir: Path,
+                    bench: BenchTask) -> dict[str, Any]:
+    """``pipeline=[eval]`` of one "before RL" row on the warm-start model."""
+    folder = results / "cache" / f"warmstart-seed{seed}{start.folder_suffix}"
+    run = run_config(start.level, [*task, *start.overrides, "pipeline=[eval]", f"model.name={model_dir}"], seed, folder,
+                     bench)
+    return run_pipeline(run)["eval"]
+
+
+def _start_numbers(evals: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    return {**{key: run["metrics"]["success_rate"] for key, run in evals.items()},
+            **{f"{key}_greedy": run["metrics"].get("greedy_success_rate") for key, run in evals.items()}}
+
+
 def job_warm_start(seed: int, task: Sequence[str], results: Path, bench: BenchTask = PLAN_PATH) -> dict[str, Any]:
     """The seed's warm start (oracle demonstrations of every role, one shared model) and its start success
-    for each of the task's "before RL" rows; cached by settings."""
+    for each of the task's "before RL" rows; cached by settings. A finished warm start whose model is still on
+    disk keeps its model and numbers, and only its stale "before RL" rows (:func:`stale_start_rows`) are
+    evaluated again."""
     from comlrl.atomic_io import atomic_write_json
     from pettingllms.pipeline import POLICIES_DIR
 
     t0 = time.perf_counter()
+    path = results / f"warmstart-seed{seed}.json"
     config = warm_start_config(seed, task, results, bench)
+    key = warm_start_key(seed, task, results, bench)
+    if _job_done(path, key, warm_rekey(config)):
+        record = json.loads(path.read_text())
+        model_dir = Path(record["model_dir"])
+        if model_dir.is_dir():
+            stale = stale_start_rows(record, bench)
+            evals = {start.key: _start_row_eval(start, seed, task, results, model_dir, bench) for start in stale}
+            record.update(_start_numbers(evals))
+            record["start_rows"] = {start.key: start_row_spec(start) for start in bench.starts[1:]}
+            record["seconds"] = {**record.get("seconds", {}), "start_rows_again": time.perf_counter() - t0}
+            atomic_write_json(path, record)
+            return record
     multi = run_pipeline(config)
     model_dir = Path(config["run"]["output_dir"]) / POLICIES_DIR / "shared"
     evals = {bench.starts[0].key: multi["eval"]}
-    for start in bench.starts[1:]:
-        folder = results / "cache" / f"warmstart-seed{seed}{start.folder_suffix}"
-        run = run_config(start.level, [*task, *start.overrides, "pipeline=[eval]", f"model.name={model_dir}"], seed,
-                         folder, bench)
-        evals[start.key] = run_pipeline(run)["eval"]
+    evals.update({start.key: _start_row_eval(start, seed, task, results, model_dir, bench)
+                  for start in bench.starts[1:]})
     sft = multi["sft"]["metrics"]
     record = {
-        "seed": seed, "settings_key": warm_start_key(seed, task, results, bench), "config": config,
+        "seed": seed, "settings_key": key, "config": config,
         "prompt_version": prompt_version(config),
         "model_dir": str(model_dir),
         "demonstrations": {k.split("/")[1]: int(v) for k, v in sft.items() if k.endswith("/examples")},
         "sft_loss_first": sft.get("sft/loss_first"), "sft_loss_last": sft.get("sft/loss_last"),
-        **{key: run["metrics"]["success_rate"] for key, run in evals.items()},
-        **{f"{key}_greedy": run["metrics"].get("greedy_success_rate") for key, run in evals.items()},
+        **_start_numbers(evals),
+        "start_rows": {start.key: start_row_spec(start) for start in bench.starts[1:]},
         "eval_instances": config["eval"]["num_instances"],
         "seconds": {"sft": multi["sft"]["seconds"], "eval": sum(run["seconds"] for run in evals.values()),
                     "total": time.perf_counter() - t0},
     }
-    atomic_write_json(results / f"warmstart-seed{seed}.json", record)
+    atomic_write_json(path, record)
     return record
 
 
@@ -1035,6 +1075,11 @@ def summarize(args, task: Sequence[str], results: Path, bench: BenchTask = PLAN_
         warm_path = results / f"warmstart-seed{seed}.json"
         record = _finished(warm_path, warm_key, warm_rekey(warm_start_config(seed, task, results, bench)), rekeyed)
         if record is not None:
+            for start in stale_start_rows(record, bench):
+                print(f"[left out] {start.key} of seed {seed}: measured with another level or other overrides "
+                      f"than {start_row_spec(start)}; run the benchmark to measure it again", flush=True)
+                record.pop(start.key, None)
+                record.pop(f"{start.key}_greedy", None)
             warm[seed] = record
         for name in args.methods:
             config = cell_config(name, seed, task, args.rl, results, "unused", args.budget_minutes, bench)
@@ -1162,6 +1207,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             # The record survived (it is committed) but its model (under the ignored cache/) did not, and a
             # cell still needs it: train it again from the same seed.
             print(f"[rerun] {warm_job.name}: its model is gone and cells still need it", flush=True)
+            warm_job.key = None
+        elif not args.no_run and warm_job.done() and (stale := stale_start_rows(json.loads(warm_path.read_text()), bench)):
+            # A "before RL" row changed (its level or overrides): measure it again on the same model.
+            print(f"[rerun] {warm_job.name}: start rows {[start.key for start in stale]} changed", flush=True)
             warm_job.key = None
         jobs += [warm_job, *cell_jobs]
     if args.smollm:

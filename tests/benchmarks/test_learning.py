@@ -3,6 +3,7 @@ folders read back, the table and targets."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from pathlib import Path
@@ -344,3 +345,74 @@ def test_a_finished_cell_is_checked_again_after_its_warm_start_ran_again(tmp_pat
 def test_percentages_keep_the_half_points_of_200_trajectories():
     assert [learning._pct(v) for v in (0.305, 0.4, 0.0, 0.995, None)] == ["30.5%", "40%", "0%", "99.5%", "—"]
     assert learning._pct_se(0.38, 0.0133) == "38% ± 1.3" and learning._pct_se(0.38, None) == "38%"
+
+
+def _eval_result(success: float) -> dict:
+    return {"eval": {"metrics": {"success_rate": success, "greedy_success_rate": success / 2}, "seconds": 1.0}}
+
+
+def test_a_changed_start_row_is_measured_again_on_the_same_model_not_reused(tmp_path, monkeypatch):
+    bench = learning.PLAN_PATH
+    current = {s.key: learning.start_row_spec(s) for s in bench.starts[1:]}
+    assert learning.stale_start_rows({"start_rows": current}, bench) == []
+    assert [s.key for s in learning.stale_start_rows({}, bench)] == ["start_single", "start_single_tool"]
+    changed = {**current, "start_single_tool": {"level": "L0", "overrides": ["env.max_turns=4"]}}
+    assert [s.key for s in learning.stale_start_rows({"start_rows": changed}, bench)] == ["start_single_tool"]
+
+    model = tmp_path / "model"
+    model.mkdir()
+    path = tmp_path / "warmstart-seed0.json"
+    path.write_text(json.dumps({
+        "seed": 0, "settings_key": learning.warm_start_key(0, [], tmp_path, bench), "model_dir": str(model),
+        "start_multi": 0.2, "start_single": 0.05, "start_single_tool": 0.1, "start_rows": changed,
+        "seconds": {"sft": 5.0}}))
+    runs = []
+
+    def fake_pipeline(config):
+        runs.append(config)
+        return _eval_result(0.4)
+
+    monkeypatch.setattr(learning, "run_pipeline", fake_pipeline)
+    record = learning.job_warm_start(0, [], tmp_path, bench)
+    # Only the changed row ran: on the recorded model, with the row's overrides now, in the row's own folder.
+    assert len(runs) == 1 and runs[0]["pipeline"] == ["eval"] and runs[0]["env"]["max_turns"] == 6
+    assert runs[0]["model"]["name"] == str(model)
+    assert runs[0]["run"]["output_dir"].endswith("warmstart-seed0-single-tool")
+    assert (record["start_single_tool"], record["start_single_tool_greedy"]) == (0.4, 0.2)
+    assert (record["start_multi"], record["start_single"]) == (0.2, 0.05)  # the model and other rows are kept
+    assert record["start_rows"] == current and json.loads(path.read_text()) == record
+    learning.job_warm_start(0, [], tmp_path, bench)
+    assert len(runs) == 1  # nothing stale any more
+
+
+def test_the_table_leaves_out_a_start_number_measured_with_other_overrides(tmp_path, capsys):
+    bench = learning.PLAN_PATH
+    current = {s.key: learning.start_row_spec(s) for s in bench.starts[1:]}
+    changed = {**current, "start_single": {"level": "L0", "overrides": []}}
+    (tmp_path / "warmstart-seed0.json").write_text(json.dumps({
+        "seed": 0, "settings_key": learning.warm_start_key(0, [], tmp_path, bench), "model_dir": "m",
+        "start_multi": 0.2, "start_single": 0.05, "start_single_greedy": 0.0, "start_single_tool": 0.1,
+        "start_rows": changed}))
+    args = argparse.Namespace(seeds=[0], methods=[], rl=[], budget_minutes=30.0, cells_parallel=1, threads=1)
+    summary = learning.summarize(args, [], tmp_path, bench)
+    rows = {row["start"]: row for row in summary["rows"] if row["start"]}
+    assert rows["start_single"]["per_seed"] == {} and rows["start_single"]["mean"] is None
+    assert rows["start_single_tool"]["per_seed"] == {0: 0.1} and rows["start_multi"]["per_seed"] == {0: 0.2}
+    assert "[left out] start_single of seed 0" in capsys.readouterr().out
+
+
+def test_the_benchmark_runs_the_warm_start_job_again_when_a_start_row_changed(tmp_path, monkeypatch, capsys):
+    bench = learning.PLAN_PATH
+    model = tmp_path / "model"
+    model.mkdir()
+    specs = {s.key: learning.start_row_spec(s) for s in bench.starts[1:]}
+    record = {"seed": 0, "settings_key": learning.warm_start_key(0, [], tmp_path, bench), "model_dir": str(model),
+              "start_multi": 0.2, "start_single": 0.05, "start_single_tool": 0.1}
+    scheduled = []
+    monkeypatch.setattr(learning, "run_jobs", lambda jobs, *a: scheduled.append({j.name: j.done() for j in jobs}))
+    argv = ["--results", str(tmp_path), "--seeds", "0", "--methods", "at_grpo_l1", "--summary", str(tmp_path / "s.json")]
+    for start_rows, to_run in ((specs, False), ({**specs, "start_single": {"level": "L0", "overrides": []}}, True)):
+        (tmp_path / "warmstart-seed0.json").write_text(json.dumps({**record, "start_rows": start_rows}))
+        assert learning.main(argv) == 0
+        assert scheduled.pop()["warmstart-seed0"] is not to_run
+    assert "[rerun] warmstart-seed0: start rows ['start_single'] changed" in capsys.readouterr().out
