@@ -317,12 +317,14 @@ MATH_ARITH_SETTINGS: tuple[str, ...] = (
     "eval.greedy=true",
     *(item for item in SETTINGS if item.startswith(RL_STAGES)),
 )
+# math/arith's single agent with the calculator gets the team's model calls: the tool agent and the reasoner each
+# answer once per turn, the single agent once per turn (a calculator call or its answer), so twice the turns.
+MATH_SINGLE_WITH_TOOL: tuple[str, ...] = ("env.single_tool=calculator", "env.max_turns=4")
 MATH_ARITH = BenchTask(
     name="math/arith", family="math", settings=MATH_ARITH_SETTINGS,
     methods={m.name: m for m in (
         Method("grpo_l0", "single-agent GRPO, no tool (L0)", "L0", "grpo", ("env.single_tool=none",)),
-        Method("grpo_l0_tool", "single-agent GRPO with the calculator (L0)", "L0", "grpo",
-               ("env.single_tool=calculator",)),
+        Method("grpo_l0_tool", "single-agent GRPO with the calculator (L0)", "L0", "grpo", MATH_SINGLE_WITH_TOOL),
         Method("at_grpo_l1", "AT-GRPO, shared policy (L1)", "L1", "at_grpo"),
         Method("at_grpo_l3", "AT-GRPO, model per role (L3)", "L3", "at_grpo"),
         Method("at_grpo_l1_credit", "AT-GRPO L1, credit across turns (d = 2)", "L1", "at_grpo", CREDIT),
@@ -334,9 +336,10 @@ MATH_ARITH = BenchTask(
             StartRow("start_single", "single agent, no tool, before RL (warm start)", "L0",
                      ("env.single_tool=none",), "-single"),
             StartRow("start_single_tool", "single agent with the calculator, before RL (warm start)", "L0",
-                     ("env.single_tool=calculator",), "-single-tool")),
+                     MATH_SINGLE_WITH_TOOL, "-single-tool")),
     baseline="grpo_l0_tool", results=ROOT / "benchmarks" / "results" / "learning-math-arith",
-    description="math/arith level 2, 2 turns, calculator tool for the team's tool agent and the single agent",
+    description="math/arith level 2, 2 turns, calculator tool for the team's tool agent and the single agent "
+                "(4 turns: the team's model calls)",
 )
 TASKS: dict[str, BenchTask] = {t.name: t for t in (PLAN_PATH, MATH_ARITH)}
 
