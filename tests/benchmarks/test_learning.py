@@ -154,7 +154,7 @@ def test_math_arith_rows_name_their_tools_and_measure_the_margin_against_grpo_wi
     warm = {0: {"start_multi": 0.2, "start_single": 0.0, "start_single_tool": 0.25}}
     cells = {("grpo_l0", 0): _cell(0.0, 0.02), ("grpo_l0_tool", 0): _cell(0.25, 0.5), ("at_grpo_l1", 0): _cell(0.2, 0.55)}
     rows, table = learning.build_table([0], warm, cells, ["grpo_l0", "grpo_l0_tool", "at_grpo_l1"], bench)
-    assert [r["row"] for r in rows[:3]] == [s.label for s in bench.starts]
+    assert [r["row"] for r in rows[:4]] == [s.label for s in bench.starts]
     assert "tool_generator: calculator; reasoning_generator: none" in table
     assert "| single agent, no tool, before RL (warm start) | single: none |" in table
     assert "| single-agent GRPO with the calculator (L0) | single: calculator |" in table
@@ -162,6 +162,20 @@ def test_math_arith_rows_name_their_tools_and_measure_the_margin_against_grpo_wi
     assert set(checks) == {"at_grpo_l1"} and checks["at_grpo_l1"]["baseline"] == "grpo_l0_tool"
     assert math.isclose(checks["at_grpo_l1"]["margin_over_grpo_l0"], 0.05) and checks["at_grpo_l1"]["margin_met"] is False
     assert math.isclose(checks["at_grpo_l1"]["gain_over_multi_start"], 0.35) and checks["at_grpo_l1"]["gain_met"] is True
+    assert checks["at_grpo_l1"]["margins_over_other_baselines"] == {}  # the two-turn row was not run here
+    # The single agent at the team's model calls is the target's baseline; at 2 turns it is reported beside it,
+    # paired the same way: seeds 0, 1 -> (0.55 - 0.4, 0.6 - 0.3) = (0.15, 0.3), mean 0.225, s.e. 0.075.
+    warm[1] = {"start_multi": 0.3, "start_single": 0.0, "start_single_tool": 0.2}
+    cells |= {("at_grpo_l1", 1): _cell(0.3, 0.6), ("grpo_l0_tool_two_turns", 0): _cell(0.2, 0.4),
+              ("grpo_l0_tool_two_turns", 1): _cell(0.1, 0.3)}
+    rows, table = learning.build_table([0, 1], warm, cells, ["grpo_l0_tool", "grpo_l0_tool_two_turns", "at_grpo_l1"],
+                                       bench)
+    assert "| single-agent GRPO with the calculator, 2 turns (L0) | single: calculator |" in table
+    other = learning.target_checks(rows, bench)["at_grpo_l1"]["margins_over_other_baselines"]["grpo_l0_tool_two_turns"]
+    assert other["per_seed"] == {0: pytest.approx(0.15), 1: pytest.approx(0.3)}
+    assert math.isclose(other["mean"], 0.225) and math.isclose(other["se"], 0.075)
+    assert learning.MATH_ARITH.methods["grpo_l0_tool_two_turns"].overrides == ("env.single_tool=calculator",)
+    assert "env.max_turns=4" in learning.MATH_ARITH.methods["grpo_l0_tool"].overrides
 
 
 def test_math_arith_cells_run_the_math_configs_with_their_own_overrides(tmp_path):
@@ -243,6 +257,11 @@ def test_a_record_made_before_keys_were_added_still_counts_and_one_with_other_va
     assert not learning._job_done(path, key, rekey)  # a value that differs is another run
     path.write_text(json.dumps({**record, "warm_start": {**record["warm_start"], "start_multi": 0.3}}))
     assert not learning._job_done(path, key, rekey)  # from a warm start with other numbers
+    path.write_text(json.dumps({**record, "warm_start": {**record["warm_start"], "start_single": 0.1}}))
+    assert not learning._job_done(path, key, rekey)  # an evaluated start row the warm record does not list
+    warm.write_text(json.dumps({"settings_key": "w", "start_multi": 0.25, "start_single": 0.2,
+                                "start_rows": {"start_single": {"level": "L0", "overrides": ["env.max_turns=4"]}}}))
+    assert learning._job_done(path, key, rekey)  # it does: its number changes with its overrides, the model stays
     path.write_text(json.dumps({k: v for k, v in record.items() if k != "config"}))
     assert not learning._job_done(path, key, rekey)  # no config recorded: nothing to compare
     assert learning.with_added_keys({"a": {"b": 1}, "gone": 2}, {"a": {"b": 3, "c": 4}, "new": 5}) == {
