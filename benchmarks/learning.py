@@ -668,7 +668,7 @@ def paired_deltas(
 
 
 def target_checks(rows: Sequence[Mapping[str, Any]], bench: BenchTask = PLAN_PATH) -> dict[str, Any]:
-    """The targets per AT-GRPO row (preference rows aside): gain over the multi-agent start >= 30 points, and
+    """The targets per AT-GRPO row and per hybrid ending on AT-GRPO (the other preference rows aside): gain over the multi-agent start >= 30 points, and
     success minus the task's baseline single-agent GRPO's (``bench.baseline``) >= 10 points (None where a
     number is missing or no seed is shared). Both are means of paired per-seed differences (same warm start,
     same held-out instances) over the seeds both rows have, so a row run on fewer seeds is compared on those;
@@ -682,7 +682,8 @@ def target_checks(rows: Sequence[Mapping[str, Any]], bench: BenchTask = PLAN_PAT
 
     out: dict[str, Any] = {}
     for name, row in by_method.items():
-        if bench.methods[name].stage != "at_grpo" or bench.methods[name].chunks or row["mean"] is None:
+        method = bench.methods[name]
+        if method.stage != "at_grpo" or (method.chunks and not method.rl_last) or row["mean"] is None:
             continue
         gain, gains, gain_se = paired(row, rows[0]["per_seed"])
         margin, margins, margin_se = paired(row, by_method.get(bench.baseline, {}).get("per_seed", {}))

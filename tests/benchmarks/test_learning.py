@@ -326,7 +326,13 @@ def test_preference_cells_read_every_at_grpo_stage_and_compare_with_at_grpo_l1_p
     assert math.isclose(deltas["madpo_trees_l1"]["mean"], -0.1)
     rows, _ = learning.build_table([0, 1], {0: {"start_multi": 0.2, "start_single": 0.1}}, cells,
                                    ["at_grpo_l1", "madpo_trees_l1", "hybrid_l1"])
-    assert set(learning.target_checks(rows)) == {"at_grpo_l1"}  # the targets are AT-GRPO's
+    assert set(learning.target_checks(rows)) == {"at_grpo_l1"}  # the targets are AT-GRPO's ...
+    cells[("hybrid_rl_last_l1", 0)] = _cell(0.2, 0.6)
+    rows, _ = learning.build_table([0, 1], {0: {"start_multi": 0.2, "start_single": 0.1}}, cells,
+                                   ["at_grpo_l1", "madpo_trees_l1", "hybrid_l1", "hybrid_rl_last_l1"])
+    checks = learning.target_checks(rows)
+    assert set(checks) == {"at_grpo_l1", "hybrid_rl_last_l1"}  # ... and the hybrid's that ends on AT-GRPO
+    assert math.isclose(checks["hybrid_rl_last_l1"]["gain_over_multi_start"], 0.4)
 
 
 def test_a_finished_cell_is_checked_again_after_its_warm_start_ran_again(tmp_path, monkeypatch):
