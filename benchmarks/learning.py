@@ -347,7 +347,8 @@ MATH_ARITH = BenchTask(
                      MATH_SINGLE_WITH_TOOL, "-single-tool"),
             StartRow("start_single_tool_two_turns", "single agent with the calculator, 2 turns, before RL (warm start)",
                      "L0", MATH_SINGLE_TWO_TURNS, "-single-tool-two-turns")),
-    baseline="grpo_l0_tool", other_baselines=("grpo_l0_tool_two_turns",), results=ROOT / "benchmarks" / "results" / "learning-math-arith",
+    baseline="grpo_l0_tool", other_baselines=("grpo_l0_tool_two_turns",),
+    results=ROOT / "benchmarks" / "results" / "learning-math-arith",
     description="math/arith level 2, 2 turns, calculator tool for the team's tool agent and the single agent "
                 "(4 turns: the team's model calls)",
 )
@@ -668,8 +669,8 @@ def paired_deltas(
 
 
 def target_checks(rows: Sequence[Mapping[str, Any]], bench: BenchTask = PLAN_PATH) -> dict[str, Any]:
-    """The targets per AT-GRPO row and per hybrid ending on AT-GRPO (the other preference rows aside): gain over the multi-agent start >= 30 points, and
-    success minus the task's baseline single-agent GRPO's (``bench.baseline``) >= 10 points (None where a
+    """The targets per AT-GRPO row and per hybrid ending on AT-GRPO (the other preference rows aside): gain
+    over the multi-agent start >= 30 points, and success minus the task's baseline single-agent GRPO's (``bench.baseline``) >= 10 points (None where a
     number is missing or no seed is shared). Both are means of paired per-seed differences (same warm start,
     same held-out instances) over the seeds both rows have, so a row run on fewer seeds is compared on those;
     with the same seeds that is the difference of the means. Next to them: the per-seed differences and their
